@@ -1,0 +1,66 @@
+"""tfopt: make TensorFlow/Keras training use the hardware it runs on.
+
+The public API is this flat namespace. Names resolve on first use (PEP 562), so
+``import tfopt`` stays cheap and works where TensorFlow is not installed; TensorFlow is imported
+only by the functions that need it.
+
+Example:
+    >>> import tfopt
+    >>> result = tfopt.convert("photos/", "shards/", val_fraction=0.1)
+    >>> tfopt.verify("shards/").ok
+    True
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from tfopt._version import __version__
+from tfopt.errors import (
+    DatasetError,
+    GpuUnavailableError,
+    InvalidArgumentError,
+    OutputExistsError,
+    SourceError,
+    TfoptError,
+)
+
+# Public name -> module that defines it. Resolved lazily by __getattr__ below.
+_LAZY_EXPORTS = {
+    # records: the on-disk format
+    "convert": "tfopt.records.convert",
+    "ConvertOptions": "tfopt.records.convert",
+    "ConvertResult": "tfopt.records.convert",
+    "inspect": "tfopt.records.inspect",
+    "InspectResult": "tfopt.records.inspect",
+    "FeatureInfo": "tfopt.records.inspect",
+    "verify": "tfopt.records.verify",
+    "VerifyResult": "tfopt.records.verify",
+    "Manifest": "tfopt.records.manifest",
+    "read_manifest": "tfopt.records.manifest",
+    "make_demo_data": "tfopt.records.demo_data",
+}
+
+__all__ = [
+    "__version__",
+    "TfoptError",
+    "InvalidArgumentError",
+    "SourceError",
+    "DatasetError",
+    "OutputExistsError",
+    "GpuUnavailableError",
+    *_LAZY_EXPORTS,
+]
+
+
+def __getattr__(name: str):
+    module_name = _LAZY_EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'tfopt' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value  # later look-ups skip __getattr__
+    return value
+
+
+def __dir__():
+    return sorted(__all__)

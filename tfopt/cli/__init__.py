@@ -1,0 +1,51 @@
+"""The ``tfopt`` command line: a thin click layer over the library.
+
+Each command group lives in its own module (``records``, ``gpu``, ...) and exposes ``COMMANDS``.
+Command modules import TensorFlow only inside the command bodies, so ``tfopt --help`` answers
+without it. Errors the user can cause (:class:`tfopt.TfoptError`) become one line on stderr and
+exit code 1, here and only here; click's usage errors keep exit code 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+
+import click
+
+from tfopt._version import __version__
+from tfopt.errors import TfoptError
+
+_COMMAND_MODULES = ("tfopt.cli.records", "tfopt.cli.gpu")
+
+
+class _TfoptGroup(click.Group):
+    """A click group that reports TfoptError as a one-line message with exit code 1."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except TfoptError as error:
+            click.echo(f"tfopt: error: {error}", err=True)
+            ctx.exit(1)
+
+
+@click.group(cls=_TfoptGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="tfopt")
+@click.option("-v", "--verbose", count=True, help="Log more (-v info, -vv debug) on stderr.")
+def cli(verbose: int) -> None:
+    """tfopt: make TensorFlow/Keras training use the hardware it runs on."""
+    level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
+    logging.basicConfig(level=level, format="tfopt: %(levelname)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("tfopt").setLevel(level)
+
+
+for _module_name in _COMMAND_MODULES:
+    for _command in importlib.import_module(_module_name).COMMANDS:
+        cli.add_command(_command)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="tfopt")

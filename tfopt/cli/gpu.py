@@ -1,0 +1,3 @@
+"""GPU commands (monitor, doctor): filled in by the GPU issue."""
+
+COMMANDS: list = []

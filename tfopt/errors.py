@@ -1,0 +1,42 @@
+"""The errors tfopt raises on purpose.
+
+Every error a user can cause derives from :class:`TfoptError`; the CLI turns it into a one-line
+message and exit code 1 in one place (``tfopt.cli``). Messages name the argument, file or key,
+show the value received and what was expected.
+"""
+
+from __future__ import annotations
+
+
+class TfoptError(Exception):
+    """Base class of all errors tfopt raises for bad input or a bad environment."""
+
+
+class InvalidArgumentError(TfoptError, ValueError):
+    """An argument has a value outside what is allowed."""
+
+
+class SourceError(TfoptError):
+    """Raw input data (an image, an array file, a CSV row) cannot be used.
+
+    Attributes:
+        path: The offending file.
+        detail: What is wrong with it, including the row or key where known.
+    """
+
+    def __init__(self, path, detail: str):
+        self.path = str(path)
+        self.detail = detail
+        super().__init__(f"{self.path}: {detail}")
+
+
+class DatasetError(TfoptError):
+    """A dataset folder or TFRecord file is missing, incomplete or inconsistent."""
+
+
+class OutputExistsError(TfoptError):
+    """The output folder holds data and neither --overwrite nor --resume was given."""
+
+
+class GpuUnavailableError(TfoptError):
+    """NVML or an NVIDIA GPU is not available (the reason is in the message)."""
