@@ -31,7 +31,7 @@ class _TfoptGroup(click.Group):
             ctx.exit(1)
 
 
-@click.group(cls=_TfoptGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_TfoptGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="tfopt")
 @click.option("-v", "--verbose", count=True, help="Log more (-v info, -vv debug) on stderr.")
 def cli(verbose: int) -> None:

@@ -1,0 +1,83 @@
+"""Durable file writing: a file appears under its final name only when it is complete.
+
+Used by every module that writes (manifests, shards, demo images, monitor logs). The recipe is
+the classic one: write to a temporary name in the same folder (so ``os.replace`` is a rename on
+one file system, atomic on POSIX), flush and fsync the file, rename, then fsync the folder so the
+rename itself survives a power cut.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from pathlib import Path
+
+TEMP_MARKER = ".tmp-"  # temporary files are named ".{final}.tmp-{pid}"; cleaners look for it
+_HASH_CHUNK = 1 << 20  # 1 MiB reads keep hashing at disk speed without holding whole shards
+
+
+def temp_path_for(final: Path) -> Path:
+    """The temporary name used while ``final`` is being written (same folder, hidden)."""
+    return final.with_name(f".{final.name}{TEMP_MARKER}{os.getpid()}")
+
+
+def is_temp_file(path: Path) -> bool:
+    return path.name.startswith(".") and TEMP_MARKER in path.name
+
+
+def fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(folder: Path) -> None:
+    """Persist a rename or a new file in ``folder`` (no-op where the OS cannot open folders)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_path(final: Path):
+    """Yield a temporary path to write; on success it is fsynced and renamed to ``final``.
+
+    On an exception the temporary file is removed and ``final`` is untouched.
+
+    Example:
+        >>> with atomic_path(Path("out.bin")) as tmp:
+        ...     tmp.write_bytes(b"data")
+    """
+    final = Path(final)
+    tmp = temp_path_for(final)
+    try:
+        yield tmp
+        fsync_file(tmp)
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    fsync_dir(final.parent)
+
+
+def atomic_write_bytes(final: Path, data: bytes) -> None:
+    """Write ``data`` to ``final`` so that readers see either the old file or all of the new."""
+    with atomic_path(final) as tmp:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+
+
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()

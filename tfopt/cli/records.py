@@ -1,0 +1,115 @@
+"""Dataset commands: demo-data, convert, inspect, verify."""
+
+from __future__ import annotations
+
+import click
+
+from tfopt.cli._format import ByteSize, echo_json, human_bytes, table
+
+_quiet = click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+_json = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+
+
+@click.command("demo-data")
+@click.argument("dst", type=click.Path(file_okay=False))
+@click.option("--count", default=3000, show_default=True, help="Number of images.")
+@click.option("--classes", default=10, show_default=True, help="Number of classes (2-10).")
+@click.option("--seed", default=0, show_default=True, help="Changes every image.")
+@click.option("--min-size", default=320, show_default=True, help="Smallest image side, px.")
+@click.option("--max-size", default=480, show_default=True, help="Largest image side, px.")
+@click.option("--workers", type=int, default=None, help="Processes [default: all cores].")
+@click.option("--overwrite", is_flag=True, help="Write into a non-empty folder.")
+@_quiet
+@_json
+def demo_data(dst, count, classes, seed, min_size, max_size, workers, overwrite, quiet, as_json):
+    """Make a deterministic demo image folder (shapes per class, JPEG)."""
+    from tfopt.records.demo_data import make_demo_data
+
+    result = make_demo_data(dst, count=count, classes=classes, seed=seed, min_size=min_size,
+                            max_size=max_size, overwrite=overwrite, workers=workers,
+                            progress=None if not quiet else False)
+    if as_json:
+        echo_json(result.to_json())
+        return
+    click.echo(f"wrote {result.num_images} images in {len(result.class_names)} classes "
+               f"({human_bytes(result.num_bytes)}) to {result.path} in {result.seconds:.1f} s")
+
+
+@click.command("convert")
+@click.argument("src", type=click.Path())
+@click.argument("dst", type=click.Path(file_okay=False))
+@click.option("--from", "source_format", type=click.Choice(["images", "numpy", "csv"]),
+              help="Source kind [default: detected from SRC].")
+@click.option("--label", help="CSV column or NumPy array holding the label.")
+@click.option("--shard-size", type=ByteSize(), default="128MiB", show_default=True,
+              help="Target shard size, e.g. 64MB.")
+@click.option("--shards", type=int, help="Number of training shards (overrides --shard-size).")
+@click.option("--seed", default=0, show_default=True, help="Shuffle and split seed.")
+@click.option("--val-fraction", default=0.0, show_default=True,
+              help="Fraction of records for a validation split (stratified by class).")
+@click.option("--compression", type=click.Choice(["none", "gzip"]), default="none",
+              show_default=True)
+@click.option("--workers", type=int, help="Shard-writing processes [default: all cores].")
+@click.option("--max-size", type=int, help="Downscale images whose longer side exceeds this.")
+@click.option("--quality", default=90, show_default=True, help="JPEG quality of downscaled images.")
+@click.option("--on-error", type=click.Choice(["raise", "skip"]), default="raise",
+              show_default=True, help="Stop at a bad item, or skip it and record it.")
+@click.option("--overwrite", is_flag=True, help="Replace the dataset in DST.")
+@click.option("--resume", is_flag=True, help="Finish an interrupted conversion into DST.")
+@_quiet
+@_json
+def convert(src, dst, quiet, as_json, **options):
+    """Convert an image folder, NumPy arrays or a CSV file into sharded TFRecords."""
+    from tfopt.records.convert import ConvertOptions
+    from tfopt.records.convert import convert as run_convert
+
+    result = run_convert(src, dst, ConvertOptions(**options), progress=None if not quiet else False)
+    summary = result.to_json()
+    if as_json:
+        echo_json(summary)
+        return
+    rows = [[name, split["records"], split["shards"], human_bytes(split["bytes"])]
+            for name, split in summary["splits"].items()]
+    rows.append(["total", summary["records"], sum(s["shards"] for s in summary["splits"].values()),
+                 human_bytes(summary["bytes"])])
+    click.echo(table(rows, ["split", "records", "shards", "bytes"]))
+    click.echo(f"{summary['seconds']:.1f} s, {summary['records_per_second']:,.0f} records/s"
+               f"; skipped {summary['skipped']}; resumed shards {summary['resumed_shards']}")
+    click.echo(f"dataset: {result.path}")
+
+
+@click.command("inspect")
+@click.argument("path")
+@click.option("--fast", is_flag=True, help="Take record counts from the manifest.")
+@click.option("--sample", default=64, show_default=True, help="Records read to infer the schema.")
+@_quiet
+@_json
+def inspect(path, fast, sample, quiet, as_json):
+    """Show the schema, record count and shards of any TFRecord dataset."""
+    from tfopt.records.inspect import inspect as run_inspect
+
+    result = run_inspect(path, fast=fast, sample=sample, progress=None if not quiet else False)
+    if as_json:
+        echo_json(result.to_json())
+        return
+    click.echo(result.describe())
+
+
+@click.command("verify")
+@click.argument("path")
+@click.option("--workers", type=int, help="Shards checked at once [default: all cores].")
+@_quiet
+@_json
+def verify(path, workers, quiet, as_json):
+    """Check every shard's checksum, size, record count and record CRCs."""
+    from tfopt.records.verify import verify as run_verify
+
+    result = run_verify(path, workers=workers, progress=None if not quiet else False)
+    if as_json:
+        echo_json(result.to_json())
+    else:
+        click.echo(result.describe())
+    raise SystemExit(0 if result.ok else 1)
+
+
+COMMANDS = [demo_data, convert, inspect, verify]

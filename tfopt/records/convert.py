@@ -1,0 +1,568 @@
+"""``convert``: raw data (image folders, NumPy arrays, CSV) into verified, sharded TFRecords.
+
+The work, in order:
+1. Check the output folder (never overwrite without ``overwrite``; ``resume`` picks up a journal).
+2. Scan the source: list items, infer the schema, report bad input that needs no decoding.
+3. Plan: shuffle with the seed, split off validation (stratified by class), cut into shards.
+4. Write shards in parallel worker processes; each finished shard is journaled (fsynced), so a
+   killed run can resume and keep every shard whose checksum still matches.
+5. Write the manifest last, atomically, and drop the journal.
+
+On a bad item (default ``on_error="raise"``) everything this run wrote is removed: no partial
+dataset is left behind. Ctrl-C keeps finished shards and the journal for ``--resume``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import enum
+import hashlib
+import json
+import logging
+import math
+import multiprocessing
+import os
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tfopt._files import fsync_dir, is_temp_file, sha256_file
+from tfopt._progress import Progress
+from tfopt._version import __version__
+from tfopt.errors import DatasetError, InvalidArgumentError, OutputExistsError
+from tfopt.records.manifest import (
+    JOURNAL_NAME,
+    MANIFEST_NAME,
+    Manifest,
+    ShardInfo,
+    SplitInfo,
+    write_manifest,
+)
+from tfopt.records.schema import Encoding
+from tfopt.records.sources import ScannedSource, SourceKind, detect_kind, scan_source
+from tfopt.records.writer import Cancelled, ShardResult, ShardTask, write_shard
+
+logger = logging.getLogger("tfopt")
+
+TARGET_SHARD_BYTES = 128 << 20  # 100-200 MB per shard reads well on local and remote disks
+# Parallel readers (interleave cycle_length) and multi-worker FILE sharding need several files:
+# small datasets get up to MIN_SHARDS shards as long as each keeps at least MIN_SHARD_BYTES.
+MIN_SHARDS = 16
+MIN_SHARD_BYTES = 4 << 20
+TRAIN, VALIDATION = "train", "validation"
+SHARD_NAME = re.compile(r"^(train|validation)-\d{5}-of-\d{5}\.tfrecord(\.gz)?$")
+_JOURNAL_VERSION = 1
+
+
+class OnError(str, enum.Enum):
+    """What to do with an item that cannot be converted."""
+
+    RAISE = "raise"  # stop, exit 1, remove everything this run wrote
+    SKIP = "skip"  # leave it out, record path and reason in the manifest
+
+
+class Compression(str, enum.Enum):
+    NONE = "none"
+    GZIP = "gzip"
+
+
+def _default_workers() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertOptions:
+    """How ``convert`` turns a source into shards.
+
+    Attributes:
+        source_format: ``"images"``, ``"numpy"`` or ``"csv"``. Defaults to detecting it from
+            the source path.
+        label: The CSV column or NumPy array holding the label. Defaults to a column or array
+            named label, labels, class, target or y, if there is one.
+        shard_size: Target shard size in bytes. Defaults to 128 MiB.
+        shards: Number of training shards, overriding ``shard_size``. Defaults to None.
+        seed: Seed of the shuffle before sharding and of the validation split. Defaults to 0.
+        val_fraction: Fraction of records for a ``validation`` split, stratified by class.
+            Defaults to 0 (no validation split).
+        compression: ``"gzip"`` or ``"none"``. Defaults to "none": GZIP saves disk but costs
+            CPU on every read, the scarcer resource in training.
+        workers: Processes writing shards. Defaults to the number of usable cores.
+        max_size: Downscale images whose longer side exceeds this (aspect kept, JPEG
+            re-encoded at ``quality``). Defaults to None (bytes stored as they are).
+        quality: JPEG quality of downscaled images, 1-100. Defaults to 90.
+        on_error: ``"raise"`` or ``"skip"`` (see :class:`OnError`). Defaults to "raise".
+        overwrite: Replace a tfopt dataset already in the output folder. Defaults to False.
+        resume: Finish an interrupted conversion into the same folder. Defaults to False.
+    """
+
+    source_format: str | None = None
+    label: str | None = None
+    shard_size: int = TARGET_SHARD_BYTES
+    shards: int | None = None
+    seed: int = 0
+    val_fraction: float = 0.0
+    compression: str = Compression.NONE.value
+    workers: int | None = None
+    max_size: int | None = None
+    quality: int = 90
+    on_error: str = OnError.RAISE.value
+    overwrite: bool = False
+    resume: bool = False
+
+    def __post_init__(self):
+        set_field = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
+        if self.source_format is not None:
+            set_field("source_format", _choice(SourceKind, self.source_format, "source_format").value)
+        set_field("compression", _choice(Compression, self.compression or "none", "compression").value)
+        set_field("on_error", _choice(OnError, self.on_error, "on_error").value)
+        if self.workers is None:
+            set_field("workers", _default_workers())
+        _require(self.shard_size >= 1, "shard_size", self.shard_size, "a positive number of bytes")
+        _require(self.shards is None or self.shards >= 1, "shards", self.shards, "at least 1")
+        _require(0.0 <= self.val_fraction < 1.0, "val_fraction", self.val_fraction,
+                 "a fraction in [0, 1), e.g. 0.1")
+        _require(self.workers >= 1, "workers", self.workers, "at least 1")
+        _require(self.max_size is None or self.max_size >= 8, "max_size", self.max_size,
+                 "at least 8 pixels, e.g. 320 for 224-px training crops")
+        _require(1 <= self.quality <= 100, "quality", self.quality, "1 to 100")
+        if self.overwrite and self.resume:
+            raise InvalidArgumentError("overwrite and resume exclude each other: choose one")
+
+    def replace(self, **changes) -> ConvertOptions:
+        return dataclasses.replace(self, **changes)
+
+    def plan_fields(self) -> dict:
+        """The options that shape the output (recorded in the manifest, checked on resume)."""
+        data = dataclasses.asdict(self)
+        for run_only in ("workers", "overwrite", "resume"):
+            data.pop(run_only)
+        return data
+
+
+def _choice(enum_type, value, name):
+    try:
+        return enum_type(str(value).lower())
+    except ValueError:
+        allowed = ", ".join(member.value for member in enum_type)
+        raise InvalidArgumentError(f"{name}={value!r} is not one of: {allowed}") from None
+
+
+def _require(condition: bool, name: str, value, expected: str) -> None:
+    if not condition:
+        raise InvalidArgumentError(f"{name}={value!r}: expected {expected}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertResult:
+    """What ``convert`` wrote.
+
+    Attributes:
+        path: The dataset folder.
+        manifest: Its manifest.
+        seconds: Wall time of the run.
+        resumed_shards: Shards kept from an interrupted run.
+    """
+
+    path: Path
+    manifest: Manifest
+    seconds: float
+    resumed_shards: int = 0
+
+    @property
+    def num_records(self) -> int:
+        return self.manifest.num_records
+
+    @property
+    def records_per_second(self) -> float:
+        return self.num_records / self.seconds if self.seconds > 0 else 0.0
+
+    def to_json(self) -> dict:
+        return {
+            "path": str(self.path),
+            "splits": {
+                name: {"records": split.num_records, "shards": len(split.shards),
+                       "bytes": split.num_bytes}
+                for name, split in self.manifest.splits.items()
+            },
+            "records": self.num_records,
+            "bytes": self.manifest.num_bytes,
+            "skipped": len(self.manifest.skipped),
+            "resumed_shards": self.resumed_shards,
+            "seconds": round(self.seconds, 3),
+            "records_per_second": round(self.records_per_second, 1),
+        }
+
+
+def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool | None = False,
+            **option_values) -> ConvertResult:
+    """Convert an image folder, NumPy arrays or a CSV file into a sharded TFRecord dataset.
+
+    Args:
+        src: An image folder ``SRC/<class>/<image>``, a ``.npz``/``.npy`` file or a folder of
+            ``.npy`` files, or a ``.csv`` file with a header row.
+        dst: The dataset folder to write (created if missing).
+        options: A :class:`ConvertOptions`; or pass its fields as keyword arguments.
+        progress: Draw a progress bar on stderr: True, False, or None for "when stderr is a
+            terminal". Defaults to False.
+
+    Returns:
+        A :class:`ConvertResult` with the manifest written.
+
+    Raises:
+        tfopt.SourceError: Bad input, named with its file and row or key (nothing is left
+            written unless ``on_error="skip"``).
+        tfopt.OutputExistsError: ``dst`` holds data and neither overwrite nor resume was given.
+        tfopt.InvalidArgumentError: An option is out of range.
+
+    Example:
+        >>> result = convert("photos/", "shards/", val_fraction=0.1, seed=1)
+        >>> result.manifest.class_names[:2]
+        ['cat', 'dog']
+    """
+    if options is None:
+        options = ConvertOptions(**option_values)
+    elif option_values:
+        options = options.replace(**option_values)
+    started = time.perf_counter()
+    src, dst = Path(src), Path(dst)
+    kind = SourceKind(options.source_format) if options.source_format else detect_kind(src)
+    skip_bad = options.on_error == OnError.SKIP.value
+    scanned = scan_source(src, kind, label=options.label, skip_bad=skip_bad,
+                          max_size=options.max_size, quality=options.quality)
+    tasks = plan_shards(scanned, options)
+    fingerprint = _fingerprint(scanned, options, tasks)
+    created = _prepare_output(dst, options)
+    journal = _Journal(dst / JOURNAL_NAME)
+    try:
+        done = _resumable_results(journal, fingerprint, tasks, dst) if options.resume else {}
+        journal.start(fingerprint, keep=bool(done))
+        todo = [task for task in tasks if task.file not in done]
+        if done:
+            logger.info("resuming: %d of %d shards already complete", len(done), len(tasks))
+        total_items = sum(len(task.items) for task in todo)
+        with Progress(total_items, "convert", unit="rec",
+                      enabled=progress if progress is not None else None) as bar:
+            _run_tasks(todo, dst, options.workers, journal, done, bar)
+    except (Cancelled, KeyboardInterrupt):
+        logger.warning("interrupted: finished shards are kept; run again with --resume")
+        raise
+    except BaseException:
+        _discard_output(dst, tasks, created)
+        raise
+    manifest = _build_manifest(scanned, options, tasks, done, src)
+    write_manifest(dst, manifest)
+    journal.remove()
+    fsync_dir(dst)
+    resumed = len(tasks) - len(todo)
+    return ConvertResult(dst, manifest, time.perf_counter() - started, resumed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning
+
+
+def plan_shards(scanned: ScannedSource, options: ConvertOptions) -> list[ShardTask]:
+    """Shuffle, split and cut the items into shard tasks; deterministic for a given seed."""
+    count = len(scanned.items)
+    rng = np.random.default_rng(options.seed)
+    order = rng.permutation(count)
+    in_validation = np.zeros(count, dtype=bool)
+    if options.val_fraction > 0:
+        # Systematic sampling over items sorted by class (stable, so shuffled within a class):
+        # each class gives the same fraction, and the total is floor(count * fraction).
+        by_class = order if scanned.labels is None else sorted(order, key=lambda i: scanned.labels[i])
+        fraction = options.val_fraction
+        for position, index in enumerate(by_class):
+            if math.floor((position + 1) * fraction) > math.floor(position * fraction):
+                in_validation[index] = True
+        if not in_validation.any():
+            raise InvalidArgumentError(
+                f"val_fraction={fraction} of {count} records leaves no validation records; "
+                f"use at least {1 / count:.3g}"
+            )
+    splits = {TRAIN: [i for i in order if not in_validation[i]],
+              VALIDATION: [i for i in order if in_validation[i]]}
+    if not splits[TRAIN]:
+        raise InvalidArgumentError(f"val_fraction={options.val_fraction} leaves no training records")
+    suffix = ".tfrecord.gz" if options.compression == Compression.GZIP.value else ".tfrecord"
+    tasks = []
+    for split, indices in splits.items():
+        if not indices:
+            continue
+        shard_count = _shard_count(split, indices, splits, scanned.item_bytes, options)
+        for shard_index, chunk in enumerate(np.array_split(np.asarray(indices), shard_count)):
+            tasks.append(ShardTask(
+                file=f"{split}-{shard_index:05d}-of-{shard_count:05d}{suffix}",
+                split=split,
+                items=[scanned.items[i] for i in chunk],
+                source_kind=scanned.kind,
+                reader_config=scanned.reader_config,
+                features=scanned.features,
+                compression=None if options.compression == "none" else options.compression,
+                skip_bad=options.on_error == OnError.SKIP.value,
+            ))
+    return tasks
+
+
+def _shard_count(split, indices, splits, item_bytes, options) -> int:
+    if options.shards is not None:
+        wanted = options.shards if split == TRAIN else max(
+            1, round(options.shards * len(indices) / len(splits[TRAIN])))
+        return min(wanted, len(indices))
+    estimated = sum(item_bytes[i] for i in indices)
+    by_size = math.ceil(estimated / options.shard_size)
+    enough_files = min(MIN_SHARDS, estimated // MIN_SHARD_BYTES)
+    return max(1, min(len(indices), max(by_size, enough_files)))
+
+
+def _fingerprint(scanned: ScannedSource, options: ConvertOptions, tasks) -> str:
+    """A hash of everything that decides the output, to refuse resuming a different job."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps({"source": scanned.path, "kind": scanned.kind.value,
+                              "options": options.plan_fields()}, sort_keys=True).encode())
+    for task in tasks:
+        digest.update(json.dumps([task.file, task.items]).encode())
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# The output folder and the journal
+
+
+def _is_ours(path: Path) -> bool:
+    return (path.name in (MANIFEST_NAME, JOURNAL_NAME) or bool(SHARD_NAME.match(path.name))
+            or is_temp_file(path))
+
+
+def _prepare_output(dst: Path, options: ConvertOptions) -> bool:
+    """Check and clean the output folder; return True when this run created it."""
+    if dst.exists() and not dst.is_dir():
+        raise OutputExistsError(f"{dst}: exists and is not a folder")
+    if not dst.exists():
+        dst.mkdir(parents=True)
+        return True
+    entries = sorted(dst.iterdir())
+    if not entries:
+        return False
+    foreign = [entry.name for entry in entries if not _is_ours(entry)]
+    has_manifest = (dst / MANIFEST_NAME).exists()
+    has_journal = (dst / JOURNAL_NAME).exists()
+    if foreign and (options.overwrite or options.resume or has_manifest or has_journal):
+        raise OutputExistsError(
+            f"{dst}: holds files tfopt did not write ({', '.join(foreign[:3])}"
+            f"{', ...' if len(foreign) > 3 else ''}); refusing to mix a dataset with them: "
+            "choose an empty or new folder"
+        )
+    if foreign:
+        raise OutputExistsError(f"{dst}: is not empty ({len(entries)} entries, e.g. "
+                                f"{foreign[0]}); choose an empty or new folder")
+    if options.overwrite:
+        # the manifest goes first, so a crash half-way leaves a folder marked incomplete
+        for name in (MANIFEST_NAME, JOURNAL_NAME):
+            (dst / name).unlink(missing_ok=True)
+        for entry in entries:
+            entry.unlink(missing_ok=True)
+        fsync_dir(dst)
+        return False
+    if options.resume:
+        if has_manifest:
+            raise OutputExistsError(f"{dst}: already holds a complete dataset ({MANIFEST_NAME}); "
+                                    "nothing to resume. Use --overwrite to convert again")
+        for entry in entries:
+            if is_temp_file(entry):
+                entry.unlink(missing_ok=True)  # left by a killed worker
+        return False
+    hint = ("finish the interrupted conversion with --resume, or start again with --overwrite"
+            if has_journal else "pass --overwrite to replace the dataset there")
+    raise OutputExistsError(f"{dst}: is not empty ({len(entries)} entries); {hint}")
+
+
+class _Journal:
+    """An append-only, fsynced record of finished shards, for ``--resume``."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def read(self) -> tuple[str | None, dict[str, ShardResult]]:
+        if not self.path.exists():
+            return None, {}
+        fingerprint, results = None, {}
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # a line torn by a kill; its shard is simply redone
+            if "fingerprint" in entry:
+                fingerprint = entry["fingerprint"]
+            elif "file" in entry:
+                results[entry["file"]] = ShardResult.from_json(entry)
+        return fingerprint, results
+
+    def start(self, fingerprint: str, keep: bool) -> None:
+        if keep:
+            return
+        self.path.write_text(json.dumps({"journal": _JOURNAL_VERSION,
+                                         "fingerprint": fingerprint}) + "\n", encoding="utf-8")
+        self._sync()
+
+    def append(self, result: ShardResult) -> None:
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(result.to_json()) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def _sync(self) -> None:
+        with open(self.path, "rb") as handle:
+            os.fsync(handle.fileno())
+        fsync_dir(self.path.parent)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _resumable_results(journal: _Journal, fingerprint: str, tasks, dst: Path) -> dict:
+    """Journaled shards whose files still match their size and SHA-256."""
+    old_fingerprint, results = journal.read()
+    if old_fingerprint is None:
+        return {}
+    if old_fingerprint != fingerprint:
+        raise DatasetError(
+            f"{dst}: the interrupted conversion had another source or other options (seed, "
+            "shards, split, compression...); rerun it with the same ones, or use --overwrite"
+        )
+    kept = {}
+    planned = {task.file for task in tasks}
+    for file, result in results.items():
+        path = dst / file
+        if file not in planned or not path.exists():
+            continue
+        if path.stat().st_size == result.num_bytes and sha256_file(path) == result.sha256:
+            kept[file] = result
+        else:
+            logger.warning("%s: checksum differs from the journal; writing it again", path)
+    return kept
+
+
+def _discard_output(dst: Path, tasks, created: bool) -> None:
+    """Remove everything this conversion wrote, so that no partial dataset is left."""
+    for task in tasks:
+        (dst / task.file).unlink(missing_ok=True)
+    for entry in dst.iterdir() if dst.exists() else ():
+        if is_temp_file(entry) or entry.name == JOURNAL_NAME:
+            entry.unlink(missing_ok=True)
+    if created:
+        try:
+            dst.rmdir()
+        except OSError:
+            pass  # something else appeared in it; leave it
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the shard writers
+
+_worker_state: dict = {}
+
+
+def _init_worker(queue, stop_event, parent_pid: int) -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # one oneDNN banner per worker is noise
+    import tensorflow as tf
+
+    # one shard per process and eager per-image ops: thread pools would only contend
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    _worker_state.update(queue=queue, stop=stop_event, parent=parent_pid)
+
+
+def _worker_should_stop() -> bool:
+    # a killed parent (kill -9) leaves workers orphaned: they notice and stop
+    return _worker_state["stop"].is_set() or os.getppid() != _worker_state["parent"]
+
+
+def _worker_write_shard(task: ShardTask, folder: str) -> ShardResult:
+    return write_shard(task, Path(folder), report=_worker_state["queue"].put,
+                       should_stop=_worker_should_stop)
+
+
+def _run_tasks(tasks, dst: Path, workers: int, journal: _Journal, done: dict, bar) -> None:
+    """Write ``tasks``; journal each result and add it to ``done``."""
+    def finished(result: ShardResult) -> None:
+        journal.append(result)
+        done[result.file] = result
+
+    workers = min(workers, len(tasks))
+    if workers <= 1:
+        for task in tasks:
+            finished(write_shard(task, dst, report=bar.update))
+        return
+    context = multiprocessing.get_context("spawn")  # fork after TensorFlow started is unsafe
+    queue, stop = context.Queue(), context.Event()
+    executor = concurrent.futures.ProcessPoolExecutor(
+        workers, mp_context=context, initializer=_init_worker,
+        initargs=(queue, stop, os.getpid()))
+    try:
+        # larger shards first: the last shard to finish is then a small one
+        ordered = sorted(tasks, key=lambda task: -len(task.items))
+        pending = {executor.submit(_worker_write_shard, task, str(dst)) for task in ordered}
+        while pending:
+            completed, pending = concurrent.futures.wait(
+                pending, timeout=0.2, return_when=concurrent.futures.FIRST_COMPLETED)
+            _drain(queue, bar)
+            for future in completed:
+                finished(future.result())  # re-raises a worker's SourceError here
+        _drain(queue, bar)
+    except BaseException:
+        stop.set()
+        executor.shutdown(wait=True, cancel_futures=True)
+        raise
+    executor.shutdown(wait=True)
+
+
+def _drain(queue, bar) -> None:
+    while True:
+        try:
+            bar.update(queue.get_nowait())
+        except Exception:  # queue.Empty, or a queue closed under us
+            return
+
+
+# ---------------------------------------------------------------------------------------------
+# The manifest
+
+
+def _build_manifest(scanned: ScannedSource, options, tasks, results: dict, src: Path) -> Manifest:
+    splits: dict[str, list[ShardInfo]] = {}
+    skipped = list(scanned.skipped)
+    formats: dict[str, int] = {}
+    for task in tasks:
+        result = results[task.file]
+        splits.setdefault(task.split, []).append(
+            ShardInfo(result.file, result.num_records, result.num_bytes, result.sha256))
+        skipped.extend(result.skipped)
+        for name, count in result.formats.items():
+            formats[name] = formats.get(name, 0) + count
+    if sum(result.num_records for result in results.values()) == 0:
+        raise DatasetError(f"{src}: every item was skipped; nothing to write")
+    features = scanned.features
+    if scanned.image_key is not None:
+        encoding = Encoding(next(iter(formats))) if len(formats) == 1 else Encoding.IMAGE
+        features = [spec.replace(encoding=encoding) if spec.name == scanned.image_key else spec
+                    for spec in features]
+    return Manifest(
+        features=features,
+        splits={name: SplitInfo(shards) for name, shards in splits.items()},
+        compression=None if options.compression == "none" else options.compression,
+        image_key=scanned.image_key,
+        label_key=scanned.label_key,
+        class_names=scanned.class_names,
+        source={"kind": scanned.kind.value, "path": scanned.path,
+                **({"image_formats": formats} if formats else {})},
+        options=options.plan_fields(),
+        skipped=skipped,
+        tfopt_version=__version__,
+    )
