@@ -31,11 +31,13 @@ class _TfoptGroup(click.Group):
             ctx.exit(1)
 
 
-@click.group(cls=_TfoptGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.group(cls=_TfoptGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100, "terminal_width": 100})
 @click.version_option(__version__, prog_name="tfopt")
 @click.option("-v", "--verbose", count=True, help="Log more (-v info, -vv debug) on stderr.")
 def cli(verbose: int) -> None:
     """tfopt: make TensorFlow/Keras training use the hardware it runs on."""
+    ctx = click.get_current_context()
+    ctx.obj = {"verbose": verbose}
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     logging.basicConfig(level=level, format="tfopt: %(levelname)s: %(message)s", stream=sys.stderr)
     logging.getLogger("tfopt").setLevel(level)

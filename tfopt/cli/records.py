@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tfopt.cli._format import ByteSize, echo_json, human_bytes, table
+from tfopt.cli._common import ByteSize, echo_json, human_bytes, needs_tensorflow, table
 
 _quiet = click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 _json = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
@@ -24,6 +24,8 @@ _json = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdo
 def demo_data(dst, count, classes, seed, min_size, max_size, workers, overwrite, quiet, as_json):
     """Make a deterministic demo image folder (shapes per class, JPEG)."""
     from tfopt.records.demo_data import make_demo_data
+
+    needs_tensorflow()
 
     result = make_demo_data(dst, count=count, classes=classes, seed=seed, min_size=min_size,
                             max_size=max_size, overwrite=overwrite, workers=workers,
@@ -61,6 +63,8 @@ def demo_data(dst, count, classes, seed, min_size, max_size, workers, overwrite,
 def convert(src, dst, quiet, as_json, **options):
     """Convert an image folder, NumPy arrays or a CSV file into sharded TFRecords."""
     from tfopt.records.convert import ConvertOptions
+
+    needs_tensorflow()
     from tfopt.records.convert import convert as run_convert
 
     result = run_convert(src, dst, ConvertOptions(**options), progress=None if not quiet else False)
@@ -88,6 +92,8 @@ def inspect(path, fast, sample, quiet, as_json):
     """Show the schema, record count and shards of any TFRecord dataset."""
     from tfopt.records.inspect import inspect as run_inspect
 
+    needs_tensorflow()
+
     result = run_inspect(path, fast=fast, sample=sample, progress=None if not quiet else False)
     if as_json:
         echo_json(result.to_json())
@@ -103,6 +109,8 @@ def inspect(path, fast, sample, quiet, as_json):
 def verify(path, workers, quiet, as_json):
     """Check every shard's checksum, size, record count and record CRCs."""
     from tfopt.records.verify import verify as run_verify
+
+    needs_tensorflow()
 
     result = run_verify(path, workers=workers, progress=None if not quiet else False)
     if as_json:

@@ -470,8 +470,9 @@ _worker_state: dict = {}
 
 
 def _init_worker(queue, stop_event, parent_pid: int) -> None:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # one oneDNN banner per worker is noise
-    import tensorflow as tf
+    from tfopt._tf import import_tensorflow
+
+    tf = import_tensorflow()  # without one set of C++ banners per worker
 
     # one shard per process and eager per-image ops: thread pools would only contend
     tf.config.threading.set_intra_op_parallelism_threads(1)

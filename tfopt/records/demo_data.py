@@ -122,8 +122,9 @@ _CHUNK = 50  # images per task in the worker pool: progress every ~0.5 s per wor
 def _write_images(dst: str, names: list[str], indices: range, seed: int, min_size: int,
                   max_size: int) -> int:
     """Write the demo images with these global indices; return the bytes written."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
+    from tfopt._tf import import_tensorflow
+
+    tf = import_tensorflow()
 
     total = 0
     for index in indices:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tfopt._tf_messages import short_tf_message
 from tfopt.errors import InvalidArgumentError, SourceError
 from tfopt.records.image_header import IMAGE_EXTENSIONS, ImageFormat, image_size, sniff_format
 from tfopt.records.manifest import SkippedItem
@@ -242,7 +243,7 @@ def _image_reader(config: dict):
             else:
                 _check_decodes(tf, data, image_format, height, width)
         except tf.errors.OpError as error:
-            reason = error.message.splitlines()[0] if error.message else type(error).__name__
+            reason = short_tf_message(error)
             raise BadItem(str(path), f"cannot be decoded, truncated or corrupt ({reason})") from None
         return {
             IMAGE_KEY: data,

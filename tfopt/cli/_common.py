@@ -1,0 +1,43 @@
+"""Shared helpers for the CLI commands: TensorFlow import, sizes, tables, JSON."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import click
+
+from tfopt._text import human_bytes, table  # noqa: F401  (re-exported for commands)
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
+          "ki": 1 << 10, "mi": 1 << 20, "gi": 1 << 30, "ti": 1 << 40}
+
+
+class ByteSize(click.ParamType):
+    """A size such as ``128MB``, ``64MiB``, ``1G`` or ``500000`` (bytes)."""
+
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        match = _SIZE.match(str(value))
+        if not match:
+            self.fail(f"{value!r} is not a size such as 128MB, 64MiB or 1000000", param, ctx)
+        number, unit = match.groups()
+        unit = (unit or "").lower().removesuffix("b")
+        return int(float(number) * _UNITS[unit])
+
+
+def echo_json(data) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+def needs_tensorflow() -> None:
+    """Import TensorFlow for a command, without its C++ banners unless -vv was given."""
+    from tfopt._tf import import_tensorflow
+
+    ctx = click.get_current_context(silent=True)
+    verbose = (ctx.find_root().obj or {}).get("verbose", 0) if ctx else 0
+    import_tensorflow(quiet=verbose < 2)
