@@ -29,6 +29,10 @@ class SourceError(TfoptError):
         self.detail = detail
         super().__init__(f"{self.path}: {detail}")
 
+    def __reduce__(self):
+        # raised in worker processes and pickled back to the parent: rebuild from both fields
+        return type(self), (self.path, self.detail)
+
 
 class DatasetError(TfoptError):
     """A dataset folder or TFRecord file is missing, incomplete or inconsistent."""

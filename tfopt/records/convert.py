@@ -32,7 +32,7 @@ import numpy as np
 from tfopt._files import fsync_dir, is_temp_file, sha256_file
 from tfopt._progress import Progress
 from tfopt._version import __version__
-from tfopt.errors import DatasetError, InvalidArgumentError, OutputExistsError
+from tfopt.errors import DatasetError, InvalidArgumentError, OutputExistsError, TfoptError
 from tfopt.records.manifest import (
     JOURNAL_NAME,
     MANIFEST_NAME,
@@ -517,6 +517,13 @@ def _run_tasks(tasks, dst: Path, workers: int, journal: _Journal, done: dict, ba
             for future in completed:
                 finished(future.result())  # re-raises a worker's SourceError here
         _drain(queue, bar)
+    except concurrent.futures.process.BrokenProcessPool as error:
+        stop.set()
+        executor.shutdown(wait=True, cancel_futures=True)
+        raise TfoptError(
+            "a shard-writing process died (killed, or out of memory?). When calling "
+            "tfopt.convert from a script, put the call under  if __name__ == '__main__':  "
+            "(worker processes are spawned and re-import the script)") from error
     except BaseException:
         stop.set()
         executor.shutdown(wait=True, cancel_futures=True)

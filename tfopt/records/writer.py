@@ -105,7 +105,9 @@ def example_encoder(features: list[FeatureSpec]):
         feature_map = example.features.feature
         for name, setter in setters:
             setter(feature_map[name], values[name])
-        return example.SerializeToString()
+        # deterministic: map keys sorted; otherwise the order follows a per-process hash seed and
+        # the same records get different bytes (and checksums) in different worker processes
+        return example.SerializeToString(deterministic=True)
 
     return encode
 

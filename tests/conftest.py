@@ -1,0 +1,83 @@
+"""Shared fixtures: small real datasets written to tmp_path."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tf():
+    from tfopt._tf import import_tensorflow
+
+    return import_tensorflow()
+
+
+def encode_jpeg(pixels: np.ndarray, quality: int = 90) -> bytes:
+    from tfopt._tf import import_tensorflow
+
+    return import_tensorflow().io.encode_jpeg(pixels, quality=quality).numpy()
+
+
+def encode_png(pixels: np.ndarray) -> bytes:
+    from tfopt._tf import import_tensorflow
+
+    return import_tensorflow().io.encode_png(pixels).numpy()
+
+
+def encode_bmp(pixels: np.ndarray) -> bytes:
+    """A 24-bit bottom-up BMP (TensorFlow decodes BMP but cannot encode it)."""
+    height, width, _ = pixels.shape
+    row_bytes = (width * 3 + 3) // 4 * 4
+    rows = b"".join(
+        pixels[y, :, ::-1].tobytes().ljust(row_bytes, b"\0") for y in range(height - 1, -1, -1)
+    )
+    header = struct.pack("<2sIHHI", b"BM", 54 + len(rows), 0, 0, 54)
+    info = struct.pack("<IiiHHIIiiII", 40, width, height, 1, 24, 0, len(rows), 2835, 2835, 0, 0)
+    return header + info + rows
+
+
+# A valid 1x1 GIF89a (TensorFlow cannot encode GIF either).
+GIF_1X1 = (b"GIF89a\x01\x00\x01\x00\x80\x00\x00\xff\xff\xff\x00\x00\x00!\xf9\x04\x01\x00\x00\x00"
+           b"\x00,\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;")
+
+
+def random_pixels(seed: int, height: int = 40, width: int = 56) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+def make_image_folder(root: Path, per_class: int = 6, classes=("cat", "dog", "emu")) -> Path:
+    """``root/<class>/<i>.jpg`` plus one PNG per class, with distinct content per file."""
+    for class_index, name in enumerate(classes):
+        folder = root / name
+        folder.mkdir(parents=True)
+        for i in range(per_class):
+            pixels = random_pixels(class_index * 100 + i)
+            (folder / f"{i:03d}.jpg").write_bytes(encode_jpeg(pixels))
+        (folder / "extra.PNG").write_bytes(encode_png(random_pixels(class_index * 100 + 99)))
+    return root
+
+
+@pytest.fixture
+def image_folder(tmp_path) -> Path:
+    return make_image_folder(tmp_path / "images")
+
+
+def read_examples(dataset: Path, split: str = "train", compression: str | None = None) -> list:
+    """Every record of a split of a tfopt dataset, as ``tf.train.Example``, in shard order."""
+    from tfopt._tf import import_tensorflow
+    from tfopt.records.manifest import read_manifest
+
+    tf = import_tensorflow()
+    manifest = read_manifest(dataset)
+    files = [str(dataset / shard.file) for shard in manifest.splits[split].shards]
+    reader = tf.data.TFRecordDataset(files, "GZIP" if manifest.compression == "gzip" else "")
+    return [tf.train.Example.FromString(raw) for raw in reader.as_numpy_iterator()]
+
+
+def feature_values(example, name: str) -> list:
+    feature = example.features.feature[name]
+    return list(getattr(feature, feature.WhichOneof("kind")).value)
