@@ -74,7 +74,8 @@ def test_nvidia_gpus_through_fake():
     assert gpus[0].to_dict()["memory_total_mib"] == 40 * 1024
 
 
-def test_tensorflow_absent(no_tensorflow):
+def test_tensorflow_absent(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorflow", None)  # find_spec -> None, import fails
     info = tensorflow_info()
     assert not info.installed and not info.importable and info.version is None
     assert info.keras_version  # keras is installed in this environment

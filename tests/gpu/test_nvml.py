@@ -97,8 +97,9 @@ def test_ok_state_reports_driver_and_closes_nvml():
     assert fake.init_count == 0
 
 
-def test_sys_modules_hook_is_used(install_nvml):
-    fake = install_nvml([FakeGpu(name="NVIDIA H100 80GB HBM3")])
+def test_sys_modules_hook_is_used(monkeypatch):
+    fake = make_fake_nvml([FakeGpu(name="NVIDIA H100 80GB HBM3")])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
     state, snapshots = gpu_snapshots()
     assert state.ok and snapshots[0].name == "NVIDIA H100 80GB HBM3"
     assert fake.init_count == 0
