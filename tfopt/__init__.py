@@ -39,6 +39,20 @@ _LAZY_EXPORTS = {
     "Manifest": "tfopt.records.manifest",
     "read_manifest": "tfopt.records.manifest",
     "make_demo_data": "tfopt.records.demo_data",
+    # gpu: NVML and the environment doctor (work without TensorFlow)
+    "run_doctor": "tfopt.gpu.doctor",
+    "DoctorReport": "tfopt.gpu.doctor",
+    "Check": "tfopt.gpu.doctor",
+    "CheckStatus": "tfopt.gpu.doctor",
+    "gpu_snapshots": "tfopt.gpu.nvml",
+    "nvml_state": "tfopt.gpu.nvml",
+    "NvmlState": "tfopt.gpu.nvml",
+    "NvmlStatus": "tfopt.gpu.nvml",
+    "GpuSnapshot": "tfopt.gpu.snapshot",
+    "GpuSampler": "tfopt.gpu.sampler",
+    "gather_facts": "tfopt.gpu.hardware",
+    "HardwareFacts": "tfopt.gpu.hardware",
+    "cpu_features": "tfopt.gpu.hardware",
 }
 
 __all__ = [

@@ -18,7 +18,7 @@ from tfopt._files import is_temp_file, sha256_file
 from tfopt._progress import Progress
 from tfopt._tf_messages import short_tf_message
 from tfopt.records._files_of import is_gzip, resolve_files
-from tfopt.records.manifest import MANIFEST_NAME, ShardInfo
+from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME, ShardInfo
 
 
 class ProblemKind(str, enum.Enum):
@@ -28,6 +28,7 @@ class ProblemKind(str, enum.Enum):
     COUNT = "count"  # record count differs from the manifest
     CORRUPT = "corrupt"  # a record fails its CRC or is cut short
     EXTRA = "extra"  # a file in the folder that the manifest does not list
+    INCOMPLETE = "incomplete"  # an interrupted conversion: journal, no manifest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,12 +125,16 @@ def verify(path, *, workers: int | None = None, progress: bool | None = False) -
     """
     files, manifest, notes = resolve_files(path)
     problems: list[Problem] = []
+    folder = Path(path)
+    if manifest is None and folder.is_dir() and (folder / JOURNAL_NAME).exists():
+        problems.append(Problem(str(folder), ProblemKind.INCOMPLETE,
+                                f"no {MANIFEST_NAME}: the conversion was interrupted; finish it "
+                                "with 'tfopt convert ... --resume'"))
     if manifest is None:
         notes.append("no manifest: checked record CRCs and counts only (no checksums, sizes or "
                      "expected counts to compare with)")
         jobs = [(file, None, "gzip" if is_gzip(file) else None) for file in files]
     else:
-        folder = Path(path)
         jobs = []
         for shard in manifest.shards:
             file = folder / shard.file
