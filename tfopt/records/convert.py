@@ -14,6 +14,7 @@ dataset is left behind. Ctrl-C keeps finished shards and the journal for ``--res
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import dataclasses
 import enum
@@ -24,6 +25,7 @@ import math
 import multiprocessing
 import os
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -491,7 +493,13 @@ def _worker_write_shard(task: ShardTask, folder: str) -> ShardResult:
 
 
 def _run_tasks(tasks, dst: Path, workers: int, journal: _Journal, done: dict, bar) -> None:
-    """Write ``tasks``; journal each result and add it to ``done``."""
+    """Write ``tasks``; journal each result and add it to ``done``.
+
+    With several workers, ``workers - 1`` spawned processes and a thread of this process share
+    the shards. Spawning costs each process a TensorFlow import (about 3 s here), so this
+    process, idle otherwise, starts writing at once instead of waiting for a process of its
+    own: on 2 cores that is most of the start-up cost back.
+    """
     def finished(result: ShardResult) -> None:
         journal.append(result)
         done[result.file] = result
@@ -501,34 +509,88 @@ def _run_tasks(tasks, dst: Path, workers: int, journal: _Journal, done: dict, ba
         for task in tasks:
             finished(write_shard(task, dst, report=bar.update))
         return
+    # larger shards first: the last shard to finish is then a small one
+    todo = collections.deque(sorted(tasks, key=lambda task: -len(task.items)))
+    lock = threading.Lock()
+
+    def next_task():
+        with lock:
+            return todo.popleft() if todo else None
+
     context = multiprocessing.get_context("spawn")  # fork after TensorFlow started is unsafe
     queue, stop = context.Queue(), context.Event()
+    local = _LocalWriter(next_task, dst, queue.put, stop.is_set)
     executor = concurrent.futures.ProcessPoolExecutor(
-        workers, mp_context=context, initializer=_init_worker,
+        workers - 1, mp_context=context, initializer=_init_worker,
         initargs=(queue, stop, os.getpid()))
+    in_flight: set = set()
     try:
-        # larger shards first: the last shard to finish is then a small one
-        ordered = sorted(tasks, key=lambda task: -len(task.items))
-        pending = {executor.submit(_worker_write_shard, task, str(dst)) for task in ordered}
-        while pending:
-            completed, pending = concurrent.futures.wait(
-                pending, timeout=0.2, return_when=concurrent.futures.FIRST_COMPLETED)
-            _drain(queue, bar)
+        local.start()
+        while True:
+            # one running and one queued task per process: no process waits between shards
+            while len(in_flight) < 2 * (workers - 1) and (task := next_task()) is not None:
+                in_flight.add(executor.submit(_worker_write_shard, task, str(dst)))
+            if not in_flight and local.finished:
+                break
+            completed, in_flight = concurrent.futures.wait(
+                in_flight, timeout=0.1, return_when=concurrent.futures.FIRST_COMPLETED)
             for future in completed:
                 finished(future.result())  # re-raises a worker's SourceError here
+            for result in local.take_results():  # re-raises the thread's errors here
+                finished(result)
+            _drain(queue, bar)
         _drain(queue, bar)
     except concurrent.futures.process.BrokenProcessPool as error:
-        stop.set()
-        executor.shutdown(wait=True, cancel_futures=True)
+        _stop_all(stop, local, executor)
         raise TfoptError(
             "a shard-writing process died (killed, or out of memory?). When calling "
             "tfopt.convert from a script, put the call under  if __name__ == '__main__':  "
             "(worker processes are spawned and re-import the script)") from error
     except BaseException:
-        stop.set()
-        executor.shutdown(wait=True, cancel_futures=True)
+        _stop_all(stop, local, executor)
         raise
     executor.shutdown(wait=True)
+
+
+def _stop_all(stop, local: _LocalWriter, executor) -> None:
+    stop.set()
+    local.join()
+    executor.shutdown(wait=True, cancel_futures=True)
+
+
+class _LocalWriter(threading.Thread):
+    """Writes shards in this process, beside the worker processes, from the same task list."""
+
+    def __init__(self, next_task, dst: Path, report, should_stop):
+        super().__init__(name="tfopt-convert-local", daemon=True)
+        self._next_task, self._dst = next_task, dst
+        self._report, self._should_stop = report, should_stop
+        self._results: list = []
+        self._lock = threading.Lock()
+        self._error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self._should_stop() and (task := self._next_task()) is not None:
+                result = write_shard(task, self._dst, report=self._report,
+                                     should_stop=self._should_stop)
+                with self._lock:
+                    self._results.append(result)
+        except BaseException as error:  # handed to the main thread by take_results
+            self._error = error
+
+    @property
+    def finished(self) -> bool:
+        with self._lock:
+            return not self.is_alive() and not self._results and self._error is None
+
+    def take_results(self) -> list[ShardResult]:
+        with self._lock:
+            results, self._results = self._results, []
+        if self._error is not None and not results:
+            error, self._error = self._error, None
+            raise error
+        return results
 
 
 def _drain(queue, bar) -> None:
