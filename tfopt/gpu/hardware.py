@@ -18,6 +18,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
+from tfopt._tf import import_tensorflow
 from tfopt.gpu.nvml import NvmlSession, NvmlState
 
 logger = logging.getLogger("tfopt")
@@ -224,7 +225,8 @@ def tensorflow_info(list_devices: bool = True) -> TensorFlowInfo:
     if importlib.util.find_spec("tensorflow") is None:
         return TensorFlowInfo(installed=False, keras_version=keras_version)
     try:
-        tf = importlib.import_module("tensorflow")
+        # quiet unless debugging: TensorFlow's C++ start-up banners would bury the report
+        tf = import_tensorflow(quiet=not logger.isEnabledFor(logging.DEBUG))
         build = dict(tf.sysconfig.get_build_info())
     except Exception as error:  # a broken install raises anything from ImportError to OSError
         return TensorFlowInfo(
