@@ -215,8 +215,11 @@ def test_real_monitor_without_gpu_subprocess():
 
 
 def test_monitor_sigint_exits_0_subprocess():
+    # A shell starts background jobs with SIGINT ignored, and Python then installs no
+    # KeyboardInterrupt handler; restore it, as an interactive terminal would have it.
     code = (
-        "import sys\n"
+        "import signal, sys\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from tfopt.gpu.testing import FakeGpu, make_fake_nvml\n"
         "sys.modules['pynvml'] = make_fake_nvml([FakeGpu()])\n"
         "from tfopt.cli import main\n"

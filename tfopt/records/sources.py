@@ -523,17 +523,10 @@ def _csv_rows(path: Path, start: int = 0) -> Iterator[tuple[int, int, list[str]]
             yield first_line, row_start, fields
 
 
-def _parse_int(text: str) -> bool:
+def _parses_as(convert, text: str) -> bool:
+    """Whether ``convert(text)`` (int or float) accepts the text."""
     try:
-        int(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _parse_float(text: str) -> bool:
-    try:
-        float(text)
+        convert(text)
     except ValueError:
         return False
     return True
@@ -572,9 +565,9 @@ def _scan_csv(src: Path, *, label, skip_bad, max_size, quality) -> ScannedSource
             if text == "":
                 has_empty[column] = True
                 continue
-            if is_int[column] and not _parse_int(text):
+            if is_int[column] and not _parses_as(int, text):
                 is_int[column] = False
-            if is_float[column] and not is_int[column] and not _parse_float(text):
+            if is_float[column] and not is_int[column] and not _parses_as(float, text):
                 is_float[column] = False
         if label_key is not None:
             label_values.append(fields[header.index(label_key)])
