@@ -4,7 +4,9 @@
 The plain way is what the Model Garden's and most users' conversion scripts do: one process
 reads each image file, decodes it once to check it and learn its size, and writes a
 tf.train.Example with tf.io.TFRecordWriter. tfopt converts the same folder with all cores (its
-durability work included: fsync, SHA-256, manifest). Runs alternate (plain, tfopt, plain, ...)
+durability work included: fsync, SHA-256, manifest), with its default JPEG check (every
+marker to the end-of-image marker) and with --check decode (a decode at 1/8 scale). Runs
+alternate (plain, tfopt, tfopt --check decode, plain, ...)
 so that disk cache and CPU clocks treat both alike; medians are reported with the spread.
 Peak memory is measured per process on the full folder and on a quarter of it.
 
@@ -77,7 +79,8 @@ def run_one(method: str, src: Path, dst: Path) -> dict:
     else:
         import tfopt
 
-        count = tfopt.convert(src, dst).num_records
+        check = "decode" if method == "tfopt-decode" else "structure"
+        count = tfopt.convert(src, dst, check=check).num_records
     seconds = time.perf_counter() - started
     return {
         "method": method,
@@ -131,14 +134,14 @@ def main() -> None:
         print(f"making {args.images} demo images in {images} ...", file=sys.stderr)
         tfopt.make_demo_data(images, count=args.images, overwrite=True, progress=None)
         (images / ".complete").write_text("")
-    runs = {"plain": [], "tfopt": []}
+    runs = {"plain": [], "tfopt": [], "tfopt-decode": []}
     with tempfile.TemporaryDirectory(dir=args.data) as scratch:
         scratch = Path(scratch)
         for repeat in range(args.repeat):
-            for method in ("plain", "tfopt"):
+            for method in runs:
                 result = measure(method, images, scratch)
                 runs[method].append(result)
-                print(f"run {repeat + 1} {method:6s} {result['records_per_second']:8.1f} rec/s "
+                print(f"run {repeat + 1} {method:12s} {result['records_per_second']:8.1f} rec/s "
                       f"({result['seconds']:.1f} s)", file=sys.stderr)
         quarter = measure("tfopt", subset(images, 0.25, args.data / f"images-{args.images}-q"),
                           scratch)
@@ -152,6 +155,7 @@ def main() -> None:
         "records_per_second": median,
         "spread": spread,
         "ratio_tfopt_over_plain": median["tfopt"] / median["plain"],
+        "ratio_tfopt_decode_over_plain": median["tfopt-decode"] / median["plain"],
         "peak_memory_mb": {
             "tfopt_main": {"full": full["peak_main_mb"], "quarter": quarter["peak_main_mb"]},
             "tfopt_worker": {"full": full["peak_worker_mb"], "quarter": quarter["peak_worker_mb"]},
@@ -163,8 +167,11 @@ def main() -> None:
     print(f"  plain (1 process, decode check)  {median['plain']:8.1f} records/s "
           f"(spread {spread['plain'][0]:.1f}-{spread['plain'][1]:.1f})")
     print(f"  tfopt convert (all cores)        {median['tfopt']:8.1f} records/s "
-          f"(spread {spread['tfopt'][0]:.1f}-{spread['tfopt'][1]:.1f})")
-    print(f"  ratio tfopt/plain                {report['ratio_tfopt_over_plain']:8.2f}x")
+          f"(spread {spread['tfopt'][0]:.1f}-{spread['tfopt'][1]:.1f})  "
+          f"{report['ratio_tfopt_over_plain']:.2f}x plain")
+    print(f"  tfopt convert --check decode     {median['tfopt-decode']:8.1f} records/s "
+          f"(spread {spread['tfopt-decode'][0]:.1f}-{spread['tfopt-decode'][1]:.1f})  "
+          f"{report['ratio_tfopt_decode_over_plain']:.2f}x plain")
     memory = report["peak_memory_mb"]
     print(f"  peak RSS, tfopt main process: {memory['tfopt_main']['quarter']:.0f} MB at "
           f"{args.images // 4} images, {memory['tfopt_main']['full']:.0f} MB at {args.images}; "

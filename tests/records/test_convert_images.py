@@ -144,13 +144,14 @@ def _assert_nothing_written(out):
     assert not out.exists() or not any(out.iterdir()), list(out.iterdir())
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_truncated_image_stops_with_its_path_and_leaves_no_partial_dataset(image_folder, tmp_path, workers):
+@pytest.mark.parametrize("workers, check", [(1, "structure"), (1, "decode"), (2, "structure")])
+def test_truncated_image_stops_with_its_path_and_leaves_no_partial_dataset(
+        image_folder, tmp_path, workers, check):
     bad = image_folder / "dog" / "003.jpg"
     bad.write_bytes(bad.read_bytes()[:600])
     out = tmp_path / "out"
     with pytest.raises(tfopt.SourceError) as error:
-        tfopt.convert(image_folder, out, workers=workers, shards=4)
+        tfopt.convert(image_folder, out, workers=workers, shards=4, check=check)
     assert str(bad) in str(error.value)
     assert "truncated or corrupt" in str(error.value)
     _assert_nothing_written(out)

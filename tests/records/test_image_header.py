@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from conftest import GIF_1X1, encode_bmp, encode_jpeg, encode_png, random_pixels
 
-from tfopt.records.image_header import ImageFormat, image_size, sniff_format
+from tfopt.records.image_header import ImageFormat, image_size, jpeg_structure, sniff_format
 
 
 @pytest.mark.parametrize(
@@ -35,3 +36,69 @@ def test_unknown_and_cut_headers_raise():
     png = encode_png(random_pixels(3))
     with pytest.raises(ValueError, match="cut short"):
         image_size(png[:18])
+
+
+def _jpeg_variants(tf):
+    """Valid JPEGs as encoders write them: baseline, progressive, grayscale, 4:4:4, metadata."""
+    pixels = np.random.default_rng(7).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    smooth = np.linspace(0, 255, 48 * 64 * 3).reshape(48, 64, 3).astype(np.uint8)
+    variants = []
+    for image in (pixels, smooth):
+        variants += [
+            tf.io.encode_jpeg(image, quality=95).numpy(),
+            tf.io.encode_jpeg(image, quality=30, progressive=True).numpy(),
+            tf.io.encode_jpeg(image, chroma_downsampling=False, optimize_size=True).numpy(),
+            tf.io.encode_jpeg(image[..., :1], quality=80).numpy(),
+            tf.io.encode_jpeg(image, density_unit="cm", x_density=118, y_density=118,
+                              xmp_metadata="<x:xmpmeta>tfopt</x:xmpmeta>").numpy(),
+        ]
+    return variants
+
+
+def test_structure_check_rejects_every_jpeg_the_decoder_rejects(tf):
+    """Differential test: random damage to valid JPEGs, judged by TensorFlow and by tfopt.
+
+    Progressive JPEGs are flagged for a decode (the walk cannot vouch for their scans), so
+    tfopt's verdict there is the decoder's own.
+    """
+    rng = np.random.default_rng(2026)
+
+    def decoder_rejects(data):
+        try:
+            tf.io.decode_jpeg(data)
+        except tf.errors.OpError:
+            return True
+        return False
+
+    rejected_by_decoder = 0
+    def tfopt_rejects(data):
+        structure = jpeg_structure(data)
+        if structure.problem:
+            return True
+        return decoder_rejects(data) if structure.progressive else False
+
+    for original in _jpeg_variants(tf):
+        assert jpeg_structure(original).problem is None
+        assert not decoder_rejects(original)
+        size = len(original)
+        for trial in range(40):
+            damaged = bytearray(original)
+            kind = trial % 5
+            if kind == 0:  # cut short
+                damaged = damaged[: int(rng.integers(2, size - 1))]
+            elif kind == 1:  # a run of garbage
+                start = int(rng.integers(2, size - 40))
+                damaged[start : start + 40] = rng.integers(0, 256, 40, dtype=np.uint8).tobytes()
+            elif kind == 2:  # one byte in the headers (tables, frame, scan)
+                position = int(rng.integers(2, min(size, 700)))
+                damaged[position] ^= int(rng.integers(1, 256))
+            elif kind == 3:  # zeros
+                start = int(rng.integers(2, size - 40))
+                damaged[start : start + 40] = bytes(40)
+            else:  # cut short, then an end marker pasted on
+                damaged = damaged[: int(rng.integers(2, size - 1))] + b"\xff\xd9"
+            damaged = bytes(damaged)
+            if decoder_rejects(damaged):
+                rejected_by_decoder += 1
+                assert tfopt_rejects(damaged), (trial, damaged[:16])
+    assert rejected_by_decoder > 100  # the damage was real enough to matter

@@ -54,6 +54,9 @@ def demo_data(dst, count, classes, seed, min_size, max_size, workers, overwrite,
 @click.option("--workers", type=int, help="Shard-writing processes [default: all cores].")
 @click.option("--max-size", type=int, help="Downscale images whose longer side exceeds this.")
 @click.option("--quality", default=90, show_default=True, help="JPEG quality of downscaled images.")
+@click.option("--check", type=click.Choice(["structure", "decode"]), default="structure",
+              show_default=True,
+              help="JPEG check: every marker to the end (fast) or a decode at 1/8 scale.")
 @click.option("--on-error", type=click.Choice(["raise", "skip"]), default="raise",
               show_default=True, help="Stop at a bad item, or skip it and record it.")
 @click.option("--overwrite", is_flag=True, help="Replace the dataset in DST.")

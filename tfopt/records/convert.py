@@ -66,6 +66,13 @@ class OnError(str, enum.Enum):
     SKIP = "skip"  # leave it out, record path and reason in the manifest
 
 
+class ImageCheck(str, enum.Enum):
+    """How each JPEG is proven whole before it is stored (PNG, GIF and BMP are decoded)."""
+
+    STRUCTURE = "structure"  # every marker and segment to the end-of-image marker: ~0.1 ms
+    DECODE = "decode"  # a decode at 1/8 scale (all entropy-coded data): ~0.7 ms on 400 px
+
+
 class Compression(str, enum.Enum):
     NONE = "none"
     GZIP = "gzip"
@@ -98,6 +105,11 @@ class ConvertOptions:
         max_size: Downscale images whose longer side exceeds this (aspect kept, JPEG
             re-encoded at ``quality``). Defaults to None (bytes stored as they are).
         quality: JPEG quality of downscaled images, 1-100. Defaults to 90.
+        check: How JPEGs are checked: ``"structure"`` walks every marker and segment to the
+            end-of-image marker, rejecting what TensorFlow's decoder rejects (truncation,
+            unknown markers, broken tables; see :func:`jpeg_structure`) in ~0.1 ms; progressive
+            JPEGs are decoded;
+            ``"decode"`` decodes at 1/8 scale (~0.7 ms at 400 px). Defaults to "structure".
         on_error: ``"raise"`` or ``"skip"`` (see :class:`OnError`). Defaults to "raise".
         overwrite: Replace a tfopt dataset already in the output folder. Defaults to False.
         resume: Finish an interrupted conversion into the same folder. Defaults to False.
@@ -113,6 +125,7 @@ class ConvertOptions:
     workers: int | None = None
     max_size: int | None = None
     quality: int = 90
+    check: str = ImageCheck.STRUCTURE.value
     on_error: str = OnError.RAISE.value
     overwrite: bool = False
     resume: bool = False
@@ -123,6 +136,7 @@ class ConvertOptions:
             set_field("source_format", _choice(SourceKind, self.source_format, "source_format").value)
         set_field("compression", _choice(Compression, self.compression or "none", "compression").value)
         set_field("on_error", _choice(OnError, self.on_error, "on_error").value)
+        set_field("check", _choice(ImageCheck, self.check, "check").value)
         if self.workers is None:
             set_field("workers", _default_workers())
         _require(self.shard_size >= 1, "shard_size", self.shard_size, "a positive number of bytes")
@@ -236,7 +250,7 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
     kind = SourceKind(options.source_format) if options.source_format else detect_kind(src)
     skip_bad = options.on_error == OnError.SKIP.value
     scanned = scan_source(src, kind, label=options.label, skip_bad=skip_bad,
-                          max_size=options.max_size, quality=options.quality)
+                          max_size=options.max_size, quality=options.quality, check=options.check)
     tasks = plan_shards(scanned, options)
     fingerprint = _fingerprint(scanned, options, tasks)
     created = _prepare_output(dst, options)
@@ -549,7 +563,9 @@ def _run_tasks(tasks, dst: Path, workers: int, journal: _Journal, done: dict, ba
     except BaseException:
         _stop_all(stop, local, executor)
         raise
-    executor.shutdown(wait=True)
+    # every shard is in: let the idle workers exit on their own (their TensorFlow teardown
+    # takes ~0.5 s) instead of making the caller wait for it
+    executor.shutdown(wait=False)
 
 
 def _stop_all(stop, local: _LocalWriter, executor) -> None:

@@ -6,6 +6,7 @@ would cost milliseconds each and a header read costs microseconds.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import struct
 
@@ -110,3 +111,202 @@ def _jpeg_size(data: bytes) -> tuple[int, int]:
             return height, width
         position += 2 + length
     raise ValueError("JPEG header ends before its frame size (truncated file?)")
+
+
+# Segment markers that may follow a scan (progressive and multi-scan JPEGs): tables, restart
+# interval, another scan, application data, comments, DNL.
+_BETWEEN_SCANS = frozenset({0xC4, 0xCC, 0xDB, 0xDD, 0xDA, 0xDC, 0xFE} | set(range(0xE0, 0xF0)))
+
+
+@dataclasses.dataclass(frozen=True)
+class JpegStructure:
+    """What a walk through a JPEG's markers found.
+
+    Attributes:
+        problem: What is wrong, or None when the structure is whole.
+        progressive: A progressive (multi-scan) JPEG: the walk cannot vouch for the order of
+            its scans, so callers decode it to be sure.
+    """
+
+    problem: str | None
+    progressive: bool = False
+
+
+def jpeg_structure(data: bytes) -> JpegStructure:
+    """Check a JPEG's structure: every segment, and the image data up to the end marker.
+
+    This finds what makes TensorFlow's decoder fail on a sequential JPEG (a cut file, an
+    unknown marker in the image data, broken segment lengths or tables, tables used but never
+    defined: libjpeg's fatal errors are marker-level, damage inside Huffman data only draws
+    warnings) in ~0.1 ms where a decode at 1/8 scale takes ~0.7 ms (400-px photos here).
+    Checked against the decoder: over 3,000 random corruptions of sequential JPEGs it rejected
+    every file the decoder rejected; tests/records/test_image_header.py keeps it so.
+    """
+    state = _JpegWalk()
+    return JpegStructure(state.walk(data), state.progressive)
+
+
+class _JpegWalk:
+    def __init__(self):
+        self.progressive = False
+        self.frame_tables: dict[int, int] = {}  # component id -> quantization table
+        self.quant_tables: set[int] = set()
+        # libjpeg-turbo loads the standard tables into slots 0 and 1 when a file defines none
+        # (Motion-JPEG frames omit them), so only slots 2 and 3 must be defined by the file
+        self.huffman_tables = {0: {0, 1}, 1: {0, 1}}  # class (0 DC, 1 AC) -> defined slots
+
+    def walk(self, data: bytes) -> str | None:
+        if not data.startswith(b"\xff\xd8"):
+            return "no start-of-image marker"
+        end = len(data)
+        position = 2
+        seen_frame = seen_scan = False
+        while True:
+            if position >= end:
+                return "truncated: the file ends before its end-of-image marker"
+            if data[position] != 0xFF:
+                return f"marker expected at byte {position}, found 0x{data[position]:02x}"
+            while position < end and data[position] == 0xFF:  # fill bytes
+                position += 1
+            if position >= end:
+                return "truncated: the file ends inside a marker"
+            marker = data[position]
+            position += 1
+            if marker == 0xD9:
+                return None if seen_scan else "end-of-image marker before any image data"
+            if marker in _JPEG_STANDALONE:
+                continue
+            if position + 2 > end:
+                return "truncated: the file ends inside a segment header"
+            length = (data[position] << 8) | data[position + 1]
+            if length < 2:
+                return f"bad segment length {length} at byte {position}"
+            if position + length > end:
+                return "truncated: the file ends inside a segment"
+            segment = data[position + 2 : position + length]
+            if marker in _JPEG_SOF_MARKERS:
+                if seen_frame:
+                    return "a second frame header"
+                problem = self._frame(segment, marker)
+                seen_frame = True
+            elif marker == 0xDB:
+                problem = self._quantization(segment)
+            elif marker == 0xC4:
+                problem = self._huffman(segment)
+            elif marker == 0xDA:
+                if not seen_frame:
+                    return "scan before any frame header"
+                problem = self._scan(segment)
+                if problem:
+                    return problem
+                seen_scan = True
+                position = _skip_entropy_data(data, position + length)
+                if position < 0:
+                    return "truncated: the file ends inside the image data"
+                following = data[position + 1]
+                if following != 0xD9 and following not in _BETWEEN_SCANS:
+                    return f"unknown marker 0xff{following:02x} in the image data at byte {position}"
+                continue
+            elif 0xC0 <= marker <= 0xFE:
+                problem = None  # application data, comments, restart interval...
+            else:
+                return f"unknown marker 0xff{marker:02x} at byte {position - 1}"
+            if problem:
+                return problem
+            position += length
+
+    def _frame(self, segment: bytes, marker: int) -> str | None:
+        """Frame header fields that make libjpeg stop (precision, size, components)."""
+        if len(segment) < 6:
+            return "frame header cut short"
+        precision, height, width, count = (segment[0], *struct.unpack(">HH", segment[1:5]),
+                                           segment[5])
+        if precision not in (8, 12):
+            return f"unsupported sample precision {precision} bits"
+        if height == 0 or width == 0:
+            return f"frame size {height}x{width}"
+        if not 1 <= count <= 4 or len(segment) != 6 + 3 * count:
+            return f"frame header with {count} components does not fit its length"
+        for index in range(count):
+            component, sampling, table = segment[6 + 3 * index : 9 + 3 * index]
+            if not (1 <= sampling >> 4 <= 4 and 1 <= sampling & 15 <= 4) or table > 3:
+                return "bad sampling factors or quantization table in the frame header"
+            self.frame_tables[component] = table
+        self.progressive = marker in (0xC2, 0xC6, 0xCA, 0xCE)
+        return None
+
+    def _quantization(self, segment: bytes) -> str | None:
+        position = 0
+        while position < len(segment):
+            precision, table = segment[position] >> 4, segment[position] & 15
+            if precision > 1 or table > 3:
+                return "bad quantization table header"
+            self.quant_tables.add(table)
+            position += 1 + 64 * (precision + 1)
+        return None if position == len(segment) else "quantization tables do not fit their segment"
+
+    def _huffman(self, segment: bytes) -> str | None:
+        position = 0
+        while position < len(segment):
+            table_class, table = segment[position] >> 4, segment[position] & 15
+            counts = segment[position + 1 : position + 17]
+            if table_class > 1 or table > 3 or len(counts) < 16:
+                return "bad Huffman table header"
+            total = sum(counts)
+            values = segment[position + 17 : position + 17 + total]
+            if total > 256 or len(values) < total:
+                return "Huffman table does not fit its segment"
+            if table_class == 0 and any(value > 15 for value in values):
+                return "bad Huffman table: DC symbol above 15"
+            # canonical codes must fit their lengths without the all-ones code, which JPEG
+            # reserves: the check libjpeg's jpeg_make_d_derived_tbl makes
+            last_length = max((i + 1 for i, count in enumerate(counts) if count), default=0)
+            code = 0
+            for length in range(1, last_length + 1):
+                code += counts[length - 1]
+                if code >= 1 << length:
+                    return "bad Huffman table: more codes than their lengths allow"
+                code <<= 1
+            self.huffman_tables[table_class].add(table)
+            position += 17 + total
+        return None
+
+    def _scan(self, segment: bytes) -> str | None:
+        if not segment:
+            return "scan header cut short"
+        count = segment[0]
+        if not 1 <= count <= 4 or len(segment) != 4 + 2 * count:
+            return f"scan header with {count} components does not fit its length"
+        for index in range(count):
+            component, tables = segment[1 + 2 * index], segment[2 + 2 * index]
+            if component not in self.frame_tables:
+                return f"scan names component {component}, which the frame does not have"
+            if self.frame_tables[component] not in self.quant_tables:
+                return f"quantization table {self.frame_tables[component]} is used, never defined"
+            if self.progressive:
+                continue  # which tables a progressive scan needs depends on its pass
+            for table_class, table in ((0, tables >> 4), (1, tables & 15)):
+                if table not in self.huffman_tables[table_class]:
+                    kind = "DC" if table_class == 0 else "AC"
+                    return f"{kind} Huffman table {table} is used, never defined"
+        return None
+
+
+def _skip_entropy_data(data: bytes, position: int) -> int:
+    """Index of the first real marker after entropy-coded data, or -1 at the end of data.
+
+    Inside the data 0xFF is always followed by 0x00 (byte stuffing), a restart marker
+    (0xD0-0xD7) or more 0xFF fill; anything else is a marker that ends the data.
+    """
+    find = data.find
+    while True:
+        position = find(b"\xff", position)
+        if position < 0 or position + 1 >= len(data):
+            return -1
+        following = data[position + 1]
+        if following == 0x00 or 0xD0 <= following <= 0xD7:
+            position += 2
+        elif following == 0xFF:
+            position += 1
+        else:
+            return position

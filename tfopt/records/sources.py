@@ -26,7 +26,13 @@ import numpy as np
 
 from tfopt._tf_messages import short_tf_message
 from tfopt.errors import InvalidArgumentError, SourceError
-from tfopt.records.image_header import IMAGE_EXTENSIONS, ImageFormat, image_size, sniff_format
+from tfopt.records.image_header import (
+    IMAGE_EXTENSIONS,
+    ImageFormat,
+    image_size,
+    jpeg_structure,
+    sniff_format,
+)
 from tfopt.records.manifest import SkippedItem
 from tfopt.records.schema import (
     IMAGE_FILENAME_KEY,
@@ -120,7 +126,7 @@ def detect_kind(src: Path) -> SourceKind:
 
 def scan_source(
     src: Path, kind: SourceKind, *, label: str | None, skip_bad: bool, max_size: int | None = None,
-    quality: int = 90,
+    quality: int = 90, check: str = "structure",
 ) -> ScannedSource:
     """Scan ``src`` as ``kind``; see :class:`ScannedSource`.
 
@@ -131,7 +137,7 @@ def scan_source(
     """
     scanner = _SCANNERS[kind]
     return scanner(Path(src).resolve(), label=label, skip_bad=skip_bad,
-                   max_size=max_size, quality=quality)
+                   max_size=max_size, quality=quality, check=check)
 
 
 def open_reader(kind: SourceKind, config: dict) -> Callable[[object], dict]:
@@ -146,7 +152,7 @@ def open_reader(kind: SourceKind, config: dict) -> Callable[[object], dict]:
 # Image folders: SRC/<class>/<file>
 
 
-def _scan_images(src: Path, *, label, skip_bad, max_size, quality) -> ScannedSource:
+def _scan_images(src: Path, *, label, skip_bad, max_size, quality, check) -> ScannedSource:
     if label is not None:
         raise InvalidArgumentError(
             f"--label {label!r}: labels of an image folder come from its class folders; "
@@ -209,7 +215,8 @@ def _scan_images(src: Path, *, label, skip_bad, max_size, quality) -> ScannedSou
         kind=SourceKind.IMAGES, path=str(src), items=items, labels=labels, item_bytes=sizes,
         features=features, class_names=[entry.name for entry in class_dirs],
         image_key=IMAGE_KEY, label_key=LABEL_KEY, skipped=skipped,
-        reader_config={"root": str(src), "max_size": max_size, "quality": quality},
+        reader_config={"root": str(src), "max_size": max_size, "quality": quality,
+                       "check": check},
     )
 
 
@@ -219,6 +226,7 @@ def _image_reader(config: dict):
     root = Path(config["root"])
     max_size = config["max_size"]
     quality = config["quality"]
+    check = config["check"]
 
     def read(item) -> dict:
         relative, label = item
@@ -240,6 +248,13 @@ def _image_reader(config: dict):
             if max_size and max(height, width) > max_size:
                 data, height, width = _downscale(tf, data, max_size, quality)
                 image_format = ImageFormat.JPEG
+            elif image_format is ImageFormat.JPEG and check == "structure":
+                structure = jpeg_structure(data)
+                if structure.problem:
+                    raise BadItem(str(path),
+                                  f"cannot be decoded, truncated or corrupt ({structure.problem})")
+                if structure.progressive:  # the walk cannot vouch for its scans: decode
+                    _check_decodes(tf, data, image_format, height, width)
             else:
                 _check_decodes(tf, data, image_format, height, width)
         except tf.errors.OpError as error:
@@ -258,7 +273,7 @@ def _image_reader(config: dict):
 
 
 def _check_decodes(tf, data: bytes, image_format: ImageFormat, height: int, width: int) -> None:
-    """Decode once to prove the image is whole.
+    """Decode once to prove the image is whole (``check="decode"``, and every non-JPEG).
 
     JPEGs decode at 1/8 scale: the entropy-coded data is still read to the end (so truncation and
     corrupt segments are caught) but the inverse DCT and colour conversion, most of the cost,
@@ -378,7 +393,7 @@ def _array_feature(ref: _ArrayRef, where: str) -> FeatureSpec:
     raise SourceError(where, f"unsupported dtype {dtype} (numbers, bools and strings are)")
 
 
-def _scan_numpy(src: Path, *, label, skip_bad, max_size, quality) -> ScannedSource:
+def _scan_numpy(src: Path, *, label, skip_bad, max_size, quality, check) -> ScannedSource:
     if src.is_file() and src.suffix.lower() == ".npz":
         refs = _npz_refs(src)
     elif src.is_file():
@@ -532,7 +547,7 @@ def _parses_as(convert, text: str) -> bool:
     return True
 
 
-def _scan_csv(src: Path, *, label, skip_bad, max_size, quality) -> ScannedSource:
+def _scan_csv(src: Path, *, label, skip_bad, max_size, quality, check) -> ScannedSource:
     rows = _csv_rows(src)
     try:
         _, _, header = next(rows)
