@@ -51,6 +51,7 @@ class FeatureInfo:
     min_size: tuple[int, int] | None = None
     max_size: tuple[int, int] | None = None
     example: str = ""
+    mean_pixels: float | None = None  # mean height*width of the sampled images
 
     @property
     def fixed_length(self) -> bool:
@@ -185,10 +186,10 @@ def inspect(path, *, fast: bool = False, sample: int = 64,
     if missing:
         raise DatasetError(f"{path}: shard(s) listed in the manifest are missing: "
                            f"{', '.join(missing[:3])}; run 'tfopt verify {path}'")
-    compression = _compression(files, manifest)
-    features, sampled = _infer_schema(files, compression, sample)
-    image_key = manifest.image_key if manifest else _pick_image_key(features)
-    label_key = manifest.label_key if manifest else _pick_label_key(features)
+    compression = detect_compression(files, manifest)
+    features, sampled = infer_schema(files, compression, sample)
+    image_key = manifest.image_key if manifest else pick_image_key(features)
+    label_key = manifest.label_key if manifest else pick_label_key(features)
     if fast and manifest is not None:
         by_file = {shard.file: shard.num_records for shard in manifest.shards}
         infos = [FileInfo(str(file), file.stat().st_size, by_file[file.name]) for file in files]
@@ -203,7 +204,7 @@ def inspect(path, *, fast: bool = False, sample: int = 64,
                          counted_from, sampled, manifest, notes)
 
 
-def _compression(files: list[Path], manifest: Manifest | None) -> str | None:
+def detect_compression(files: list[Path], manifest: Manifest | None) -> str | None:
     if manifest is not None:
         return manifest.compression
     gzipped = {file: is_gzip(file) for file in files}
@@ -218,7 +219,7 @@ def _tf_compression(compression: str | None) -> str:
     return "GZIP" if compression == "gzip" else ""
 
 
-def _infer_schema(files, compression, sample) -> tuple[list[FeatureInfo], int]:
+def infer_schema(files, compression, sample) -> tuple[list[FeatureInfo], int]:
     import tensorflow as tf
     from google.protobuf.message import DecodeError
 
@@ -287,11 +288,14 @@ def _feature_info(name: str, stat: dict) -> FeatureInfo:
         sizes = stat.get("sizes") or [(0, 0)]
         min_size = min(sizes, key=lambda hw: hw[0] * hw[1])
         max_size = max(sizes, key=lambda hw: hw[0] * hw[1])
+    mean_pixels = None
+    if image_format and stat.get("sizes"):
+        mean_pixels = sum(h * w for h, w in stat["sizes"]) / len(stat["sizes"])
     return FeatureInfo(name, kind, min(lengths), max(lengths), len(lengths), image_format,
-                       min_size, max_size, stat.get("example", ""))
+                       min_size, max_size, stat.get("example", ""), mean_pixels)
 
 
-def _pick_image_key(features: list[FeatureInfo]) -> str | None:
+def pick_image_key(features: list[FeatureInfo]) -> str | None:
     images = {feature.name for feature in features if feature.image_format}
     for candidate in IMAGE_KEY_CANDIDATES:
         if candidate in images:
@@ -299,7 +303,7 @@ def _pick_image_key(features: list[FeatureInfo]) -> str | None:
     return min(images) if images else None
 
 
-def _pick_label_key(features: list[FeatureInfo]) -> str | None:
+def pick_label_key(features: list[FeatureInfo]) -> str | None:
     scalars = {feature.name for feature in features
                if feature.kind == "int64" and feature.min_length == feature.max_length == 1}
     for candidate in LABEL_KEY_CANDIDATES:

@@ -1,0 +1,1 @@
+"""Benchmarks that put tfopt beside the plain TensorFlow way in one run."""

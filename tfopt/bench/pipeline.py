@@ -1,0 +1,325 @@
+"""``tfopt bench pipeline``: tfopt's input pipeline beside the usual ways, in one process.
+
+Methods, on the same shards and the same settings (batch size, target size, training crops):
+
+- ``naive``: ``TFRecordDataset -> map(parse_single_example + decode + crop) -> batch``, one
+  thread: what a first attempt looks like.
+- ``guide``: the tf.data performance guide's recipe: parallel interleave over shards,
+  ``map(..., num_parallel_calls=AUTOTUNE)``, batch, prefetch (and a shuffle when training).
+  Per example it parses, decodes the whole JPEG, crops, resizes and converts to float32.
+- ``tfopt``: ``PipelineBuilder`` with its own choices (printed with the results).
+- ``limit``: decoding the same encoded images from memory on all cores, nothing else: the
+  ceiling of any pipeline that decodes full images.
+
+Runs alternate (naive, guide, tfopt, limit, naive, ...) and repeat, so that caches and clocks
+treat every method alike; each run iterates ``epochs`` passes over the data through one
+iterator (as ``model.fit`` does), and the report gives the median and spread per epoch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+import time
+
+import tensorflow as tf
+
+from tfopt.data.decode import CROP_AREA, CROP_ASPECT, central_crop_window
+from tfopt.data.pipeline import PipelineBuilder
+from tfopt.errors import InvalidArgumentError
+
+METHODS = ("naive", "guide", "tfopt", "limit")
+STAGES = ("read", "parse", "decode", "augment")
+_LIMIT_SAMPLE = 512  # encoded images held in memory for the decode limit
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchSettings:
+    """What every method is asked to produce.
+
+    Attributes:
+        source: A dataset folder, shard list or glob.
+        batch_size: Examples per batch. Defaults to 64.
+        image_size: Output side in pixels. Defaults to 224.
+        training: Random-resized crops and shuffling (True) or central crops (False).
+        epochs: Passes over the data per run; later passes show what caching does.
+        repeats: Runs per method. Defaults to 3.
+        cache: tfopt's cache setting ("auto", True, False). Defaults to "auto".
+        max_batches: Cap on batches per epoch (quick runs). Defaults to None (whole epoch).
+        split: The manifest split. Defaults to the builder's choice.
+    """
+
+    source: object
+    batch_size: int = 64
+    image_size: int = 224
+    training: bool = True
+    epochs: int = 1
+    repeats: int = 3
+    cache: object = "auto"
+    max_batches: int | None = None
+    split: str | None = None
+
+    def __post_init__(self):
+        if self.epochs < 1 or self.repeats < 1:
+            raise InvalidArgumentError(f"epochs={self.epochs}, repeats={self.repeats}: expected >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodResult:
+    """Examples per second of one method: per epoch, over the repeats."""
+
+    method: str
+    epoch_rates: list[list[float]]  # [epoch][repeat]
+    cpu_utilisation: float  # process CPU seconds / (wall seconds x cores), over all its runs
+
+    def median(self, epoch: int = 0) -> float:
+        return statistics.median(self.epoch_rates[epoch])
+
+    def spread(self, epoch: int = 0) -> tuple[float, float]:
+        return min(self.epoch_rates[epoch]), max(self.epoch_rates[epoch])
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchReport:
+    settings: BenchSettings
+    results: dict[str, MethodResult]
+    stages: dict[str, float]  # stage -> examples/s of tfopt's pipeline up to it
+    slowest_stage: str
+    choices: str
+    examples_per_epoch: int
+
+    def ratio(self, method: str, other: str, epoch: int = 0) -> float:
+        return self.results[method].median(epoch) / self.results[other].median(epoch)
+
+    def to_json(self) -> dict:
+        settings = dataclasses.asdict(self.settings)
+        settings["source"] = str(settings["source"])
+        epochs = range(self.settings.epochs)
+        return {
+            "settings": settings,
+            "examples_per_epoch": self.examples_per_epoch,
+            "methods": {
+                name: {"median": [result.median(e) for e in epochs],
+                       "spread": [result.spread(e) for e in epochs],
+                       "runs": result.epoch_rates,
+                       "cpu_utilisation": result.cpu_utilisation}
+                for name, result in self.results.items()
+            },
+            "ratios": {f"tfopt/{other}": [self.ratio("tfopt", other, e) for e in epochs]
+                       for other in self.results if other != "tfopt"},
+            "stages": self.stages,
+            "slowest_stage": self.slowest_stage,
+            "choices": self.choices,
+        }
+
+    def describe(self) -> str:
+        settings = self.settings
+        mode = "training (random-resized crop)" if settings.training else "evaluation (central crop)"
+        lines = [f"pipeline benchmark: {settings.source}, {mode}, batch {settings.batch_size}, "
+                 f"{settings.image_size}x{settings.image_size}, {self.examples_per_epoch} examples "
+                 f"per epoch, median of {settings.repeats} alternating runs, "
+                 f"{os.cpu_count()} cores"]
+        header = "method   " + "".join(f"  epoch {e + 1:<2} ex/s (spread)       "
+                                          for e in range(settings.epochs)) + "  CPU"
+        lines.append(header)
+        for name, result in self.results.items():
+            cells = "".join(f"  {result.median(e):9.1f} ({result.spread(e)[0]:7.1f}-"
+                            f"{result.spread(e)[1]:7.1f})"
+                            for e in range(settings.epochs))
+            lines.append(f"{name:8s} {cells}  {result.cpu_utilisation:4.0%}")
+        for other in self.results:
+            if other == "tfopt":
+                continue
+            ratios = ", ".join(f"{self.ratio('tfopt', other, e):.2f}x"
+                               for e in range(settings.epochs))
+            lines.append(f"tfopt/{other}: {ratios} (per epoch)")
+        stages = ", ".join(f"{stage} {rate:,.0f}" for stage, rate in self.stages.items())
+        lines.append(f"tfopt stages (examples/s up to each): {stages}; slowest: {self.slowest_stage}")
+        lines.append("tfopt's choices:")
+        lines.extend("  " + line for line in self.choices.splitlines())
+        return "\n".join(lines)
+
+
+# -- the baselines -------------------------------------------------------------------------
+
+
+def _guide_map_fn(builder: PipelineBuilder, settings: BenchSettings):
+    """The per-example function a user writes after the guide: parse, decode, crop, float."""
+    image_key, label_key = builder.source.image_key, builder.source.label_key
+    spec = {image_key: tf.io.FixedLenFeature([], tf.string)}
+    if label_key:
+        spec[label_key] = tf.io.FixedLenFeature([], tf.int64)
+    size = (settings.image_size, settings.image_size)
+
+    def parse(serialized):
+        example = tf.io.parse_single_example(serialized, spec)
+        image = tf.io.decode_image(example[image_key], channels=3, expand_animations=False)
+        image.set_shape([None, None, 3])
+        if settings.training:
+            begin, crop_size, _ = tf.image.sample_distorted_bounding_box(
+                tf.shape(image), tf.constant([[[0.0, 0.0, 1.0, 1.0]]]), min_object_covered=0.1,
+                aspect_ratio_range=CROP_ASPECT, area_range=CROP_AREA, max_attempts=10,
+                use_image_if_no_bounding_boxes=True)
+            image = tf.slice(image, begin, crop_size)
+        else:
+            window = central_crop_window(tf.shape(image))
+            image = tf.slice(image, [window[0], window[1], 0], [window[2], window[3], 3])
+        image = tf.image.resize(image, size) / 255.0
+        return (image, example[label_key]) if label_key else image
+
+    return parse
+
+
+def naive_dataset(builder: PipelineBuilder, settings: BenchSettings) -> tf.data.Dataset:
+    dataset = tf.data.TFRecordDataset(builder.source.files,
+                                      "GZIP" if builder.source.compression == "gzip" else "")
+    dataset = dataset.map(_guide_map_fn(builder, settings)).batch(settings.batch_size)
+    return dataset.repeat()
+
+
+def guide_dataset(builder: PipelineBuilder, settings: BenchSettings) -> tf.data.Dataset:
+    compression = "GZIP" if builder.source.compression == "gzip" else ""
+    files = tf.data.Dataset.from_tensor_slices(builder.source.files)
+    if settings.training:
+        files = files.shuffle(len(builder.source.files))
+    dataset = files.interleave(lambda path: tf.data.TFRecordDataset(path, compression),
+                               num_parallel_calls=tf.data.AUTOTUNE)
+    if settings.training:
+        dataset = dataset.shuffle(1000)
+    dataset = dataset.map(_guide_map_fn(builder, settings), num_parallel_calls=tf.data.AUTOTUNE)
+    return dataset.batch(settings.batch_size).prefetch(tf.data.AUTOTUNE).repeat()
+
+
+def limit_dataset(builder: PipelineBuilder, settings: BenchSettings) -> tf.data.Dataset:
+    """Full decodes of in-memory images on all cores: the ceiling of a full-decode pipeline."""
+    spec = {builder.source.image_key: tf.io.FixedLenFeature([], tf.string)}
+    reader = tf.data.TFRecordDataset(builder.source.files,
+                                     "GZIP" if builder.source.compression == "gzip" else "")
+    encoded = [tf.io.parse_single_example(record, spec)[builder.source.image_key]
+               for record in reader.take(_LIMIT_SAMPLE)]
+    images = tf.data.Dataset.from_tensor_slices(tf.stack(encoded)).repeat()
+    decoded = images.map(lambda data: tf.shape(tf.io.decode_image(data, channels=3,
+                                                                   expand_animations=False)),
+                         num_parallel_calls=tf.data.AUTOTUNE)
+    return decoded.batch(settings.batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+# -- measuring ------------------------------------------------------------------------------
+
+
+def _time_epochs(dataset: tf.data.Dataset, steps: int, epochs: int, batch: int) -> list[float]:
+    """Examples/s of each of ``epochs`` passes of ``steps`` batches, through one iterator."""
+    iterator = iter(dataset)
+    rates = []
+    for _ in range(epochs):
+        started = time.perf_counter()
+        for _ in range(steps):
+            next(iterator)
+        rates.append(steps * batch / (time.perf_counter() - started))
+    return rates
+
+
+def run_pipeline_bench(settings: BenchSettings, methods=METHODS, progress=None) -> BenchReport:
+    """Measure each method; see the module docstring.
+
+    Args:
+        settings: What to measure.
+        methods: Which methods, in alternation order. Defaults to all four.
+        progress: Called with a line after each run (the CLI prints it on stderr).
+
+    Raises:
+        tfopt.InvalidArgumentError: An unknown method, or a source without images.
+    """
+    unknown = set(methods) - set(METHODS)
+    if unknown or "tfopt" not in methods:
+        raise InvalidArgumentError(f"methods={list(methods)}: choose from {', '.join(METHODS)}, "
+                                   "tfopt included")
+
+    def builder():
+        return PipelineBuilder(settings.source, batch_size=settings.batch_size,
+                               training=settings.training, image_size=settings.image_size,
+                               cache=settings.cache, split=settings.split, repeat=True)
+
+    first = builder()
+    if first.source.image_key is None:
+        raise InvalidArgumentError(f"{settings.source}: the pipeline benchmark needs images")
+    records = first.source.num_records or _count(first)
+    steps = max(1, records // settings.batch_size)
+    if settings.max_batches:
+        steps = min(steps, settings.max_batches)
+    factories = {
+        "naive": lambda: naive_dataset(first, settings),
+        "guide": lambda: guide_dataset(first, settings),
+        "tfopt": lambda: builder().build(),
+        "limit": lambda: limit_dataset(first, settings),
+    }
+    rates = {method: [[] for _ in range(settings.epochs)] for method in methods}
+    cpu = {method: [0.0, 0.0] for method in methods}  # cpu seconds, wall seconds
+    for repeat in range(settings.repeats):
+        for method in methods:
+            dataset = factories[method]()
+            before_cpu, before_wall = _cpu_seconds(), time.perf_counter()
+            epoch_rates = _time_epochs(dataset, steps, settings.epochs, settings.batch_size)
+            cpu[method][0] += _cpu_seconds() - before_cpu
+            cpu[method][1] += time.perf_counter() - before_wall
+            for epoch, rate in enumerate(epoch_rates):
+                rates[method][epoch].append(rate)
+            del dataset
+            if progress:
+                progress(f"run {repeat + 1}/{settings.repeats} {method:6s} "
+                         + " ".join(f"{rate:8.1f}" for rate in epoch_rates) + " examples/s")
+    cores = os.cpu_count() or 1
+    results = {method: MethodResult(method, rates[method], cpu[method][0] / (cpu[method][1] * cores))
+               for method in methods}
+    stages = stage_breakdown(settings, steps)
+    slowest = _slowest(stages)
+    return BenchReport(settings, results, stages, slowest, first.choices.describe(),
+                       steps * settings.batch_size)
+
+
+def stage_breakdown(settings: BenchSettings, steps: int) -> dict[str, float]:
+    """Examples/s of tfopt's pipeline cut after each stage (one epoch each, cache off)."""
+    builder = PipelineBuilder(settings.source, batch_size=settings.batch_size,
+                              training=settings.training, image_size=settings.image_size,
+                              cache=False, split=settings.split, repeat=True)
+    stages = {}
+    for stage in ("read", "parse", "decode"):
+        dataset = builder.build(until=stage)
+        stages[stage] = _time_epochs(dataset, steps, 1, settings.batch_size)[0]
+    augment = _augment_stage(builder)
+    if augment is not None:
+        stages["augment"] = _time_epochs(augment, steps, 1, settings.batch_size)[0]
+    return stages
+
+
+def _augment_stage(builder: PipelineBuilder):
+    try:
+        from tfopt.data.augment import augment_dataset
+    except ImportError:  # augmentation module absent: no +augment stage
+        return None
+    return augment_dataset(builder.build(), seed=0)
+
+
+def _slowest(stages: dict[str, float]) -> str:
+    """The stage that adds the most time per example."""
+    previous, worst, worst_cost = 0.0, "read", -1.0
+    for stage, rate in stages.items():
+        cost = 1 / rate - previous
+        if cost > worst_cost:
+            worst, worst_cost = stage, cost
+        previous = 1 / rate
+    return worst
+
+
+def _count(builder: PipelineBuilder) -> int:
+    import numpy as np
+
+    dataset = tf.data.TFRecordDataset(builder.source.files,
+                                      "GZIP" if builder.source.compression == "gzip" else "")
+    return int(dataset.reduce(np.int64(0), lambda count, _: count + 1))
+
+
+def _cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system

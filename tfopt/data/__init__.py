@@ -1,0 +1,1 @@
+"""tf.data pipelines from TFRecord shards: sources, decoding strategies, augmentation."""

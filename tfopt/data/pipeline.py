@@ -1,0 +1,598 @@
+"""Tuned ``tf.data`` pipelines from TFRecord shards, in one call.
+
+The builder reads the source once (manifest or a sample of records), chooses how to read,
+parse, decode, cache, shuffle, batch and prefetch, and says what it chose and why
+(``PipelineBuilder.choices.describe()``). The order of stages for images:
+
+    files (shuffled per epoch) -> parallel interleave of shard readers (counting records
+    against the manifest) -> [cache encoded] -> shuffle (buffer sized in bytes) -> batch ->
+    parse_example once per batch -> unbatch -> decode (strategy from the target size)
+    [-> cache decoded -> shuffle] -> crop and resize to uint8 -> batch -> prefetch
+
+Images leave the pipeline as uint8 batches of one size; conversion to float, normalisation
+and augmentation belong on the accelerator (``tfopt.data.augment``). Other data is parsed
+per batch and leaves as a dict of tensors (ragged, or padded with ``pad_ragged``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import logging
+import os
+
+import tensorflow as tf
+
+from tfopt.data.decode import (
+    DecodePlan,
+    choose_decode,
+    crop_and_resize,
+    decode_full,
+    decode_to_target,
+)
+from tfopt.data.source import ParsedFeature, PipelineSource, resolve_source
+from tfopt.errors import InvalidArgumentError
+from tfopt.records.schema import FeatureKind
+
+logger = logging.getLogger("tfopt")
+
+AUTOTUNE = tf.data.AUTOTUNE
+DEFAULT_RAM_FRACTION = 0.5  # of MemAvailable: the budget for cache + tf.data's own buffers
+CACHE_SHARE = 0.6  # of the budget a cache may take; the rest stays for autotuned buffers
+DEFAULT_SHUFFLE_BYTES = 128 << 20  # a buffer of this many bytes mixes shards well
+PARSE_BATCH = 128  # records per parse_example call: enough to amortise the op, small enough
+# to keep the first batch quick
+
+
+class CacheMode(str, enum.Enum):
+    NONE = "none"
+    ENCODED = "encoded"  # serialized records, before decoding
+    DECODED = "decoded"  # decoded full images (training crops come from memory)
+    FINAL = "final"  # fixed-size images (evaluation) or parsed non-image batches
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineConfig:
+    """How a pipeline reads its source.
+
+    Attributes:
+        batch_size: Examples per batch (the global batch under a distribution strategy).
+        training: Training settings: shuffled shards and records, random crops, repeat,
+            non-deterministic order for speed. Defaults to False (evaluation: every record
+            exactly once, in a stable order).
+        image_size: Output ``(height, width)`` or one int for squares. Defaults to the stored
+            size when every sampled image has it; required otherwise.
+        image_key: The encoded-image feature. Defaults to the manifest's or the inferred one.
+        label_key: The label feature. Defaults to the manifest's or the inferred one.
+        split: The manifest split. Defaults to "train" when training, else "validation" if
+            there is one.
+        random_crop: Random-resized crop (8-100 % of the area) when training. Defaults to
+            True for training images.
+        cache: ``"auto"`` (cache when the estimate fits the RAM budget), True (in memory),
+            False, or a file path (cache in that file). Defaults to "auto".
+        ram_budget: Bytes for the cache and tf.data's buffers. Defaults to half of the
+            memory available now.
+        shuffle_bytes: Shuffle buffer size in bytes (converted to elements by their
+            estimated size). Defaults to 128 MiB.
+        repeat: Repeat forever (use ``steps_per_epoch``). Defaults to ``training``.
+        drop_remainder: Drop a last partial batch. Defaults to True when training under a
+            distribution strategy with several replicas.
+        deterministic: Keep the element order stable. Defaults to True for evaluation or when
+            a seed is given, False for training (faster).
+        seed: Seed for shard order, shuffling and crops. Defaults to None (random).
+        skip_corrupt: Skip corrupted records (the rest of their shard is lost: TensorFlow's
+            reader cannot resynchronise) and count them; default is an error naming the shard.
+        pad_ragged: Pad variable-length features into dense batches instead of ragged ones.
+            Defaults to False.
+        prefetch_to_device: Prefetch batches onto the GPU. Defaults to True when exactly one
+            GPU is visible and no distribution strategy is active.
+    """
+
+    batch_size: int
+    training: bool = False
+    image_size: int | tuple[int, int] | None = None
+    image_key: str | None = None
+    label_key: str | None = None
+    split: str | None = None
+    random_crop: bool | None = None
+    cache: bool | str = "auto"
+    ram_budget: int | None = None
+    shuffle_bytes: int = DEFAULT_SHUFFLE_BYTES
+    repeat: bool | None = None
+    drop_remainder: bool | None = None
+    deterministic: bool | None = None
+    seed: int | None = None
+    skip_corrupt: bool = False
+    pad_ragged: bool = False
+    prefetch_to_device: bool | None = None
+
+    def __post_init__(self):
+        def set_field(name, value):
+            object.__setattr__(self, name, value)
+
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise InvalidArgumentError(f"batch_size={self.batch_size!r}: expected a positive int")
+        if isinstance(self.image_size, int):
+            set_field("image_size", (self.image_size, self.image_size))
+        if self.image_size is not None:
+            size = tuple(int(side) for side in self.image_size)
+            if len(size) != 2 or min(size) < 1:
+                raise InvalidArgumentError(f"image_size={self.image_size!r}: expected an int or "
+                                           "(height, width) of positive ints")
+            set_field("image_size", size)
+        if self.cache not in (True, False, "auto") and not isinstance(self.cache, (str, os.PathLike)):
+            raise InvalidArgumentError(f"cache={self.cache!r}: expected 'auto', True, False or a "
+                                       "file path")
+        if self.shuffle_bytes < 1:
+            raise InvalidArgumentError(f"shuffle_bytes={self.shuffle_bytes!r}: expected > 0")
+        if self.repeat is None:
+            set_field("repeat", self.training)
+        if self.deterministic is None:
+            set_field("deterministic", not self.training or self.seed is not None)
+        if self.ram_budget is None:
+            set_field("ram_budget", int(available_memory() * DEFAULT_RAM_FRACTION))
+
+    def replace(self, **changes) -> PipelineConfig:
+        return dataclasses.replace(self, **changes)
+
+
+def available_memory() -> int:
+    """Bytes of memory available now (MemAvailable), or 4 GiB where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 4 << 30
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineChoices:
+    """What the builder chose, and why: the answer to "what did AUTOTUNE pick?".
+
+    tf.data's AUTOTUNE still tunes the parallelism and buffer sizes marked "autotuned" at run
+    time, within ``ram_budget``; everything else is fixed here.
+    """
+
+    files: int
+    records: int | None
+    interleave_cycle: int
+    parallel_calls: str
+    parse: str
+    decode: DecodePlan | None
+    cache: CacheMode
+    cache_location: str
+    cache_estimate_bytes: int | None
+    ram_budget: int
+    shuffle_elements: int | None
+    repeat: bool
+    batch_size: int
+    drop_remainder: bool
+    deterministic: bool
+    auto_shard: str
+    prefetch: str
+    skip_corrupt: bool
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["cache"] = self.cache.value
+        if self.decode is not None:
+            data["decode"] = {**dataclasses.asdict(self.decode),
+                              "strategy": self.decode.strategy.value}
+        return data
+
+    def describe(self) -> str:
+        mib = 1 << 20
+        lines = [
+            f"files        {self.files} shard(s), {self.records if self.records is not None else '?'} "
+            f"records; order {'shuffled each epoch' if self.repeat or self.shuffle_elements else 'fixed'}",
+            f"read         parallel interleave, cycle {self.interleave_cycle}, "
+            f"{'deterministic' if self.deterministic else 'non-deterministic (faster)'}",
+            f"parse        {self.parse}",
+        ]
+        if self.decode is not None:
+            lines.append(f"decode       {self.decode.strategy.value}"
+                         f"{f' ratio {self.decode.ratio}' if self.decode.ratio > 1 else ''}: "
+                         f"{self.decode.reason}")
+            crop = "random-resized crop" if self.decode.random_crop else "central crop"
+            lines.append(f"resize       {crop} to {self.decode.target[0]}x{self.decode.target[1]}, "
+                         "uint8 out (float and normalisation on the accelerator)")
+        estimate = ("?" if self.cache_estimate_bytes is None
+                    else f"{self.cache_estimate_bytes / mib:,.0f} MiB")
+        lines.append(f"cache        {self.cache.value} ({self.cache_location}); estimate "
+                     f"{estimate}, RAM budget {self.ram_budget / mib:,.0f} MiB")
+        if self.shuffle_elements:
+            lines.append(f"shuffle      buffer of {self.shuffle_elements} elements")
+        lines.append(f"map          num_parallel_calls={self.parallel_calls}")
+        lines.append(f"batch        {self.batch_size}, drop_remainder={self.drop_remainder}, "
+                     f"repeat={self.repeat}")
+        lines.append(f"sharding     {self.auto_shard}")
+        lines.append(f"prefetch     {self.prefetch}")
+        lines.append(f"corrupt      {'skipped and counted' if self.skip_corrupt else 'error naming the shard'}")
+        lines.extend(f"note         {note}" for note in self.notes)
+        return "\n".join(lines)
+
+
+def _tf_config_workers() -> int:
+    try:
+        cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
+    except ValueError:
+        return 1
+    return max(1, len(cluster.get("worker", [])) + len(cluster.get("chief", [])))
+
+
+class PipelineBuilder:
+    """Builds a tuned ``tf.data.Dataset`` of ``(features, label)`` batches from TFRecords.
+
+    Args:
+        source: A tfopt dataset folder, a list of TFRecord files, or a glob.
+        config: A :class:`PipelineConfig`; or pass its fields as keyword arguments.
+
+    Raises:
+        tfopt.DatasetError: Nothing readable at ``source``.
+        tfopt.InvalidArgumentError: A config value or key does not fit the data.
+
+    Example:
+        >>> builder = PipelineBuilder("shards/", batch_size=64, training=True, image_size=224)
+        >>> print(builder.choices.describe())
+        >>> model.fit(builder.build(), steps_per_epoch=builder.steps_per_epoch, epochs=5)
+    """
+
+    def __init__(self, source, config: PipelineConfig | None = None, **fields):
+        if config is None:
+            config = PipelineConfig(**fields)
+        elif fields:
+            config = config.replace(**fields)
+        self.config = config
+        self.source: PipelineSource = resolve_source(
+            source, split=config.split, image_key=config.image_key, label_key=config.label_key,
+            training=config.training)
+        # records lost to corruption under skip_corrupt; read it after an epoch
+        self.corrupt_records = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                           name="tfopt_corrupt_records")
+        self._seed = config.seed if config.seed is not None else int.from_bytes(os.urandom(4), "little")
+        self.choices = self._choose()
+
+    # -- decisions --------------------------------------------------------------------------
+
+    def _target(self) -> tuple[int, int] | None:
+        if self.source.image_key is None:
+            return None
+        if self.config.image_size is not None:
+            return self.config.image_size
+        raise InvalidArgumentError(
+            "image_size is required for image data: batches need one size (e.g. image_size=224)")
+
+    def _replicas(self) -> int:
+        return tf.distribute.get_strategy().num_replicas_in_sync
+
+    def _choose(self) -> PipelineChoices:
+        config, source = self.config, self.source
+        target = self._target()
+        random_crop = (config.training if config.random_crop is None else config.random_crop)
+        notes = []
+        cache, estimate = self._choose_cache(target, random_crop, notes)
+        decode = None
+        if target is not None:
+            decode = choose_decode(
+                encoding=source.image_encoding or "image", training=config.training,
+                random_crop=bool(random_crop and source.image_key), target=target,
+                min_side=source.min_image_side, cache_decoded=cache is CacheMode.DECODED)
+        element_bytes = self._element_bytes(cache, target)
+        shuffle = None
+        if config.training:
+            shuffle = max(1, min(config.shuffle_bytes // max(1, int(element_bytes)), 1 << 20))
+        drop = config.drop_remainder
+        if drop is None:
+            drop = config.training and self._replicas() > 1
+        workers = _tf_config_workers()
+        if workers > 1:
+            shard = ("FILE: each worker reads its own shards" if len(source.files) >= workers
+                     else "DATA: fewer shards than workers, each worker filters records")
+        else:
+            shard = ("FILE when run by several workers (enough shards)"
+                     if len(source.files) > 1 else "DATA when run by several workers (one shard)")
+        gpus = tf.config.list_logical_devices("GPU")
+        to_device = config.prefetch_to_device
+        if to_device is None:
+            to_device = len(gpus) == 1 and not tf.distribute.has_strategy()
+        prefetch = ("to /gpu:0 (prefetch_to_device)" if to_device and gpus
+                    else "autotuned, in host memory")
+        if source.num_records is None and config.skip_corrupt:
+            notes.append("no manifest: corrupted records are skipped but cannot be counted")
+        return PipelineChoices(
+            files=len(source.files),
+            records=source.num_records,
+            interleave_cycle=min(len(source.files), max(2, os.cpu_count() or 2)),
+            parallel_calls="AUTOTUNE (tuned at run time)",
+            parse=f"parse_example once per {PARSE_BATCH} records (vectorised)",
+            decode=decode,
+            cache=cache,
+            cache_location=(str(config.cache) if isinstance(config.cache, (str, os.PathLike))
+                            and config.cache != "auto" else "memory"),
+            cache_estimate_bytes=estimate,
+            ram_budget=config.ram_budget,
+            shuffle_elements=shuffle,
+            repeat=config.repeat,
+            batch_size=config.batch_size,
+            drop_remainder=drop,
+            deterministic=config.deterministic,
+            auto_shard=shard,
+            prefetch=prefetch,
+            skip_corrupt=config.skip_corrupt,
+            notes=tuple(notes),
+        )
+
+    def _choose_cache(self, target, random_crop, notes) -> tuple[CacheMode, int | None]:
+        config, source = self.config, self.source
+        records = source.num_records
+        if target is None:
+            # parsing is cheap and vectorised: cache the records, shuffle after the cache
+            best, estimate = CacheMode.ENCODED, source.num_bytes
+        elif random_crop:
+            best = CacheMode.DECODED
+            estimate = (int(records * source.mean_image_pixels * 3)
+                        if records and source.mean_image_pixels else None)
+        else:
+            best = CacheMode.FINAL
+            estimate = records * target[0] * target[1] * 3 if records else None
+        if config.cache is False:
+            return CacheMode.NONE, estimate
+        if config.cache is True or config.cache != "auto":
+            return best, estimate  # asked for: in memory or in the given file
+        allowed = config.ram_budget * CACHE_SHARE
+        if estimate is not None and estimate <= allowed:
+            return best, estimate
+        if source.num_bytes <= allowed:
+            notes.append(f"{best.value} data would not fit the RAM budget "
+                         f"({'unknown size' if estimate is None else f'{estimate >> 20} MiB'}); "
+                         "caching the encoded records instead")
+            return CacheMode.ENCODED, source.num_bytes
+        notes.append("the data does not fit the RAM budget: no cache")
+        return CacheMode.NONE, estimate
+
+    def _element_bytes(self, cache: CacheMode, target) -> float:
+        """Estimated bytes of one element where the shuffle buffer sits."""
+        if cache is CacheMode.DECODED and self.source.mean_image_pixels:
+            return self.source.mean_image_pixels * 3
+        if cache is CacheMode.FINAL and target is not None:
+            return target[0] * target[1] * 3
+        return self.source.mean_record_bytes
+
+    @property
+    def steps_per_epoch(self) -> int | None:
+        """Batches in one pass over the records (None when the record count is unknown)."""
+        records = self.source.num_records
+        if records is None:
+            return None
+        batch = self.config.batch_size
+        return records // batch if self.choices.drop_remainder else -(-records // batch)
+
+    # -- the pipeline -----------------------------------------------------------------------
+
+    def build(self, until: str | None = None) -> tf.data.Dataset:
+        """The dataset; ``until`` stops after a stage for the benchmark's breakdown.
+
+        Args:
+            until: ``"read"`` (serialized records), ``"parse"`` (parsed examples, images still
+                encoded), ``"decode"`` (batches without augmentation; same as None here), or
+                None for the whole pipeline. Defaults to None.
+        """
+        if until not in (None, "read", "parse", "decode"):
+            raise InvalidArgumentError(f"until={until!r} is not one of: read, parse, decode")
+        choices, config = self.choices, self.config
+        records = self._records()
+        if choices.cache is CacheMode.ENCODED:
+            records = self._cache(records)
+        # with a cache of decoded or final images, shuffle and repeat come after that cache
+        shuffle_records = choices.cache not in (CacheMode.DECODED, CacheMode.FINAL)
+        if config.training and shuffle_records:
+            records = records.shuffle(choices.shuffle_elements, seed=self._seed,
+                                      reshuffle_each_iteration=True)
+        if config.repeat and shuffle_records:
+            records = records.repeat()
+        if until == "read":
+            return self._finish(records.batch(config.batch_size))
+        if self.source.image_key is None:
+            dataset = records.batch(config.batch_size, drop_remainder=choices.drop_remainder)
+            dataset = dataset.map(self._parse_batch, num_parallel_calls=AUTOTUNE,
+                                  deterministic=config.deterministic)
+            return self._finish(dataset)
+        parsed = records.batch(PARSE_BATCH).map(
+            self._parse_batch, num_parallel_calls=AUTOTUNE, deterministic=config.deterministic
+        ).unbatch()
+        if until == "parse":
+            return self._finish(parsed.batch(config.batch_size))
+        images = self._decoded(parsed)
+        batched = images.batch(config.batch_size, drop_remainder=choices.drop_remainder,
+                               num_parallel_calls=AUTOTUNE, deterministic=config.deterministic)
+        return self._finish(batched)
+
+    def _records(self) -> tf.data.Dataset:
+        """Serialized records from all shards, read in parallel, counted against the manifest."""
+        source, config = self.source, self.config
+        expected = [source.expected_counts.get(f, -1) if source.expected_counts else -1
+                    for f in source.files]
+        files = tf.data.Dataset.from_tensor_slices((source.files, tf.constant(expected, tf.int64)))
+        if config.training:
+            files = files.shuffle(len(source.files), seed=self._seed, reshuffle_each_iteration=True)
+        compression = "GZIP" if source.compression == "gzip" else ""
+        counted = source.expected_counts is not None
+        corrupt, skip = self.corrupt_records, config.skip_corrupt
+
+        def read_file(path, expected_count):
+            reader = tf.data.TFRecordDataset(path, compression, buffer_size=1 << 20)
+            if not counted:
+                return reader.ignore_errors() if skip else reader
+            # Read past errors, then compare the count with the manifest at the end of the
+            # file: the shard can be named (TensorFlow's own error names only a byte offset),
+            # and under skip_corrupt the lost records are counted.
+            tagged = reader.ignore_errors().map(lambda record: (record, False)).concatenate(
+                tf.data.Dataset.from_tensors((tf.constant(b""), True)))
+
+            def count(read, element):
+                record, is_end = element
+
+                def at_end():
+                    missing = expected_count - read
+                    if skip:
+                        with tf.control_dependencies([corrupt.assign_add(missing)]):
+                            return tf.constant(0, tf.int64)
+                    check = tf.debugging.Assert(
+                        tf.equal(missing, 0),
+                        ["tfopt: shard", path, "has", expected_count, "records but only", read,
+                         "could be read: a corrupted or truncated record; run 'tfopt verify' "
+                         "on the dataset, or build the pipeline with skip_corrupt=True"])
+                    with tf.control_dependencies([check]):
+                        return tf.constant(0, tf.int64)
+
+                new_state = tf.cond(is_end, at_end, lambda: read + 1)
+                return new_state, element
+
+            return tagged.scan(tf.constant(0, tf.int64), count).filter(
+                lambda record, is_end: tf.logical_not(is_end)).map(lambda record, _: record)
+
+        return files.interleave(read_file, cycle_length=self.choices.interleave_cycle,
+                                block_length=1, num_parallel_calls=AUTOTUNE,
+                                deterministic=config.deterministic)
+
+    def _parse_spec(self) -> dict:
+        spec = {}
+        keep = ({self.source.image_key, self.source.label_key} - {None}
+                if self.source.image_key else None)
+        for feature in self.source.features:
+            if keep is not None and feature.name not in keep:
+                continue
+            spec[feature.name] = _feature_spec(feature, self.config.pad_ragged)
+        return spec
+
+    def _parse_batch(self, serialized):
+        """Parse a batch of records with one parse_example call; decode raw arrays."""
+        spec = self._parse_spec()
+        parsed = tf.io.parse_example(serialized, spec)
+        for feature in self.source.features:
+            if feature.raw_dtype and feature.name in parsed:
+                values = tf.io.decode_raw(parsed[feature.name], _tf_dtype(feature.raw_dtype),
+                                          little_endian=True)
+                parsed[feature.name] = tf.reshape(values, [-1, *feature.raw_shape])
+            elif self.config.pad_ragged and isinstance(parsed.get(feature.name), tf.RaggedTensor):
+                parsed[feature.name] = parsed[feature.name].to_tensor()
+        label_key, image_key = self.source.label_key, self.source.image_key
+        if image_key is not None:
+            images = parsed[image_key]
+            return (images, parsed[label_key]) if label_key else images
+        label = parsed.pop(label_key) if label_key else None
+        return (parsed, label) if label_key else parsed
+
+    def _decoded(self, parsed: tf.data.Dataset) -> tf.data.Dataset:
+        """Encoded images (and labels) to fixed-size uint8 images, caching where chosen."""
+        choices, config, plan = self.choices, self.config, self.choices.decode
+        has_label = self.source.label_key is not None
+        base_seed = tf.constant(self._seed, tf.int64)
+
+        def seed_of(index):
+            return tf.stack([base_seed, index])
+
+        if choices.cache is CacheMode.DECODED:
+            full = parsed.map(_keep_label(lambda image: decode_full(image, plan), has_label),
+                              num_parallel_calls=AUTOTUNE, deterministic=config.deterministic)
+            full = self._cache(full)
+            if config.training:
+                full = full.shuffle(choices.shuffle_elements, seed=self._seed,
+                                    reshuffle_each_iteration=True)
+            if config.repeat:
+                full = full.repeat()
+            crop = _with_index(lambda index, image: crop_and_resize(image, plan, seed_of(index)),
+                               has_label)
+            return full.enumerate().map(crop, num_parallel_calls=AUTOTUNE,
+                                        deterministic=config.deterministic)
+        decode = _with_index(lambda index, image: decode_to_target(image, plan, seed_of(index)),
+                             has_label)
+        images = parsed.enumerate().map(decode, num_parallel_calls=AUTOTUNE,
+                                        deterministic=config.deterministic)
+        if choices.cache is CacheMode.FINAL:
+            images = self._cache(images)
+            if config.training:
+                images = images.shuffle(choices.shuffle_elements, seed=self._seed,
+                                        reshuffle_each_iteration=True)
+            if config.repeat:
+                images = images.repeat()
+        return images
+
+    def _cache(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        cache = self.config.cache
+        if isinstance(cache, (str, os.PathLike)) and cache != "auto":
+            return dataset.cache(str(cache))
+        return dataset.cache()
+
+    def _finish(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        choices = self.choices
+        options = tf.data.Options()
+        options.autotune.enabled = True
+        cache_bytes = (choices.cache_estimate_bytes or 0) if choices.cache is not CacheMode.NONE else 0
+        options.autotune.ram_budget = max(256 << 20, int(self.config.ram_budget - cache_bytes))
+        options.experimental_optimization.map_parallelization = True
+        options.deterministic = choices.deterministic
+        policy = tf.data.experimental.AutoShardPolicy
+        workers = _tf_config_workers()
+        options.experimental_distribute.auto_shard_policy = (
+            policy.FILE if len(self.source.files) >= max(2, workers) else policy.DATA)
+        dataset = dataset.with_options(options)
+        if choices.prefetch.startswith("to /gpu"):
+            return dataset.apply(tf.data.experimental.prefetch_to_device("/gpu:0"))
+        return dataset.prefetch(AUTOTUNE)
+
+
+def _keep_label(fn, has_label):
+    return (lambda image, label: (fn(image), label)) if has_label else fn
+
+
+def _with_index(fn, has_label):
+    if has_label:
+        return lambda index, element: (fn(index, element[0]), element[1])
+    return fn
+
+
+def _tf_dtype(name: str):
+    return tf.dtypes.as_dtype(name)
+
+
+def _feature_spec(feature: ParsedFeature, pad_ragged: bool):
+    dtype = {FeatureKind.BYTES: tf.string, FeatureKind.INT64: tf.int64,
+             FeatureKind.FLOAT: tf.float32}[feature.kind]
+    if feature.shape is None:
+        return tf.io.RaggedFeature(dtype)
+    return tf.io.FixedLenFeature(feature.shape, dtype)
+
+
+def build_pipeline(source, batch_size: int, *, training: bool = False, image_size=None,
+                   image_key: str | None = None, label_key: str | None = None,
+                   **config) -> tf.data.Dataset:
+    """One call from shards to a ``tf.data.Dataset`` that ``model.fit`` takes as is.
+
+    Builds a :class:`PipelineBuilder` and returns its dataset; the choices it made are logged
+    at INFO level (``logging.getLogger("tfopt")``). Use the builder itself to read them
+    (``builder.choices.describe()``) or to get ``steps_per_epoch`` for a repeating dataset.
+
+    Args:
+        source: A tfopt dataset folder, a list of TFRecord files, or a glob.
+        batch_size: Examples per batch.
+        training: Training settings (see :class:`PipelineConfig`). Defaults to False.
+        image_size: Output size of images. Defaults to None (required for images).
+        image_key: The encoded-image feature. Defaults to the manifest's or inferred one.
+        label_key: The label feature. Defaults to the manifest's or inferred one.
+        **config: Other :class:`PipelineConfig` fields.
+
+    Example:
+        >>> train = build_pipeline("shards/", 64, training=True, image_size=224, repeat=False)
+        >>> model.fit(train, epochs=3)
+    """
+    builder = PipelineBuilder(source, PipelineConfig(
+        batch_size=batch_size, training=training, image_size=image_size, image_key=image_key,
+        label_key=label_key, **config))
+    logger.info("pipeline for %s:\n%s", source, builder.choices.describe())
+    return builder.build()
