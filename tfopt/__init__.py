@@ -39,6 +39,19 @@ _LAZY_EXPORTS = {
     "Manifest": "tfopt.records.manifest",
     "read_manifest": "tfopt.records.manifest",
     "make_demo_data": "tfopt.records.demo_data",
+    # data: tf.data pipelines and on-device augmentation (import TensorFlow on first use)
+    "PipelineBuilder": "tfopt.data.pipeline",
+    "PipelineConfig": "tfopt.data.pipeline",
+    "PipelineChoices": "tfopt.data.pipeline",
+    "build_pipeline": "tfopt.data.pipeline",
+    "AugmentConfig": "tfopt.data.augment",
+    "Augment": "tfopt.data.augment",
+    "augment_batch": "tfopt.data.augment",
+    "augment_dataset": "tfopt.data.augment",
+    "sample_crop_boxes": "tfopt.data.augment",
+    # bench
+    "BenchSettings": "tfopt.bench.pipeline",
+    "run_pipeline_bench": "tfopt.bench.pipeline",
     # gpu: NVML and the environment doctor (work without TensorFlow)
     "run_doctor": "tfopt.gpu.doctor",
     "DoctorReport": "tfopt.gpu.doctor",

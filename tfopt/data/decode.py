@@ -53,6 +53,10 @@ class DecodePlan:
 CROP_AREA = (0.08, 1.0)
 CROP_ASPECT = (3 / 4, 4 / 3)
 EVAL_CROP_FRACTION = 0.875  # central 87.5 %: the 224-of-256 convention
+# Decoded images are cached at this multiple of the target side: the same margin as storing
+# data at training resolution (convert --max-size), and what lets every later epoch crop a
+# whole batch with one crop_and_resize call instead of resizing full photos one by one.
+CACHE_SCALE = 1.4
 
 
 def reduction_ratio(min_side: int | None, target: tuple[int, int]) -> int:
@@ -65,20 +69,29 @@ def reduction_ratio(min_side: int | None, target: tuple[int, int]) -> int:
     return 1
 
 
+def cache_side(target: tuple[int, int]) -> int:
+    """Side of the square in which decoded images are cached for random crops."""
+    return int(round(CACHE_SCALE * max(target)))
+
+
 def choose_decode(*, encoding: str, training: bool, random_crop: bool, target: tuple[int, int],
                   min_side: int | None, cache_decoded: bool) -> DecodePlan:
     """Pick the decoding strategy for these images and this use."""
     jpeg = encoding == "jpeg"
-    ratio = reduction_ratio(min_side, target) if jpeg else 1
+    if cache_decoded:
+        side = cache_side(target)
+        ratio = reduction_ratio(min_side, (side, side)) if jpeg else 1
+        scale = f" at 1/{ratio} scale" if ratio > 1 else ""
+        return DecodePlan(DecodeStrategy.REDUCED if ratio > 1 else DecodeStrategy.PLAIN, ratio,
+                          target, random_crop, jpeg,
+                          f"decoded once{scale} into a cache of {side}x{side} images; every "
+                          "later epoch crops whole batches from memory (crop_and_resize)")
+    # evaluation keeps the central crop: that crop, not the whole image, must stay >= target
+    kept_side = min_side if (random_crop or not min_side) else int(min_side * EVAL_CROP_FRACTION)
+    ratio = reduction_ratio(kept_side, target) if jpeg else 1
     if not jpeg:
         return DecodePlan(DecodeStrategy.PLAIN, 1, target, random_crop, False,
                           f"{encoding} images: full decode")
-    if cache_decoded:
-        if ratio > 1:
-            return DecodePlan(DecodeStrategy.REDUCED, ratio, target, random_crop, True,
-                              f"decoded once at 1/{ratio} scale into the cache (still >= target)")
-        return DecodePlan(DecodeStrategy.PLAIN, 1, target, random_crop, True,
-                          "decoded once into the cache; crops come from memory")
     if ratio > 1:
         return DecodePlan(DecodeStrategy.REDUCED, ratio, target, random_crop, True,
                           f"target {target[0]}x{target[1]} is at most 1/{ratio} of the smallest "
@@ -150,3 +163,58 @@ def decode_to_target(encoded, plan: DecodePlan, seed=None) -> tf.Tensor:
         crop = tf.io.decode_and_crop_jpeg(encoded, window, channels=3)
         return resize_uint8(crop, plan.target)
     return crop_and_resize(decode_full(encoded, plan), plan, seed)
+
+
+def decode_for_cache(encoded, plan: DecodePlan):
+    """Decode and squeeze into the cache square; keep the original size for crop geometry.
+
+    The aspect ratio is not kept in the square, but crop boxes are drawn in the original's
+    proportions and mapped to the square in normalised coordinates, so every crop has the
+    geometry it would have had on the original; only resolution above the cache side is lost.
+    """
+    image = decode_full(encoded, plan)
+    shape = tf.shape(image)
+    side = cache_side(plan.target)
+    return resize_uint8(image, (side, side)), shape[0], shape[1]
+
+
+def random_resized_boxes(heights, widths, seed, area=CROP_AREA, aspect=CROP_ASPECT,
+                         attempts: int = 10) -> tf.Tensor:
+    """Random-resized-crop boxes for a batch, vectorised: ``[B, 4]`` normalised y1, x1, y2, x2.
+
+    For each image, ``attempts`` candidates of uniform area fraction and log-uniform aspect
+    ratio are drawn at once; the first that fits is used, else the whole image (the usual
+    RandomResizedCrop rule).
+
+    Args:
+        heights: ``[B]`` original heights.
+        widths: ``[B]`` original widths.
+        seed: Shape-[2] seed for the stateless draws.
+    """
+    heights = tf.cast(heights, tf.float32)[:, None]
+    widths = tf.cast(widths, tf.float32)[:, None]
+    count = tf.shape(heights)[0]
+    seeds = tf.random.experimental.stateless_split(seed, 4)
+    fraction = tf.random.stateless_uniform([count, attempts], seeds[0], area[0], area[1])
+    log_aspect = tf.random.stateless_uniform([count, attempts], seeds[1],
+                                             tf.math.log(aspect[0]), tf.math.log(aspect[1]))
+    target_area = fraction * heights * widths
+    crop_w = tf.round(tf.sqrt(target_area * tf.exp(log_aspect)))
+    crop_h = tf.round(tf.sqrt(target_area / tf.exp(log_aspect)))
+    fits = (crop_w > 0) & (crop_h > 0) & (crop_w <= widths) & (crop_h <= heights)
+    first = tf.argmax(tf.cast(fits, tf.int32), axis=1)  # first fitting attempt (0 if none)
+    any_fits = tf.reduce_any(fits, axis=1)
+    crop_w = tf.where(any_fits, tf.gather(crop_w, first, batch_dims=1), widths[:, 0])
+    crop_h = tf.where(any_fits, tf.gather(crop_h, first, batch_dims=1), heights[:, 0])
+    top = tf.random.stateless_uniform([count], seeds[2]) * (heights[:, 0] - crop_h)
+    left = tf.random.stateless_uniform([count], seeds[3]) * (widths[:, 0] - crop_w)
+    return tf.stack([top / heights[:, 0], left / widths[:, 0],
+                     (top + crop_h) / heights[:, 0], (left + crop_w) / widths[:, 0]], axis=1)
+
+
+def crop_batch_from_cache(images, heights, widths, plan: DecodePlan, seed) -> tf.Tensor:
+    """Random-resized crops of a batch of cached squares, in one crop_and_resize call."""
+    boxes = random_resized_boxes(heights, widths, seed)
+    count = tf.shape(images)[0]
+    crops = tf.image.crop_and_resize(images, boxes, tf.range(count), plan.target)
+    return tf.saturate_cast(tf.round(crops), tf.uint8)

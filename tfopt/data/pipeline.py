@@ -26,9 +26,10 @@ import tensorflow as tf
 
 from tfopt.data.decode import (
     DecodePlan,
+    cache_side,
     choose_decode,
-    crop_and_resize,
-    decode_full,
+    crop_batch_from_cache,
+    decode_for_cache,
     decode_to_target,
 )
 from tfopt.data.source import ParsedFeature, PipelineSource, resolve_source
@@ -41,6 +42,7 @@ AUTOTUNE = tf.data.AUTOTUNE
 DEFAULT_RAM_FRACTION = 0.5  # of MemAvailable: the budget for cache + tf.data's own buffers
 CACHE_SHARE = 0.6  # of the budget a cache may take; the rest stays for autotuned buffers
 DEFAULT_SHUFFLE_BYTES = 128 << 20  # a buffer of this many bytes mixes shards well
+COUNT_BLOCK = 256  # records per counting step when checking shard record counts
 PARSE_BATCH = 128  # records per parse_example call: enough to amortise the op, small enough
 # to keep the first batch quick
 
@@ -335,8 +337,7 @@ class PipelineBuilder:
             best, estimate = CacheMode.ENCODED, source.num_bytes
         elif random_crop:
             best = CacheMode.DECODED
-            estimate = (int(records * source.mean_image_pixels * 3)
-                        if records and source.mean_image_pixels else None)
+            estimate = records * cache_side(target) ** 2 * 3 if records else None
         else:
             best = CacheMode.FINAL
             estimate = records * target[0] * target[1] * 3 if records else None
@@ -357,8 +358,8 @@ class PipelineBuilder:
 
     def _element_bytes(self, cache: CacheMode, target) -> float:
         """Estimated bytes of one element where the shuffle buffer sits."""
-        if cache is CacheMode.DECODED and self.source.mean_image_pixels:
-            return self.source.mean_image_pixels * 3
+        if cache is CacheMode.DECODED and target is not None:
+            return cache_side(target) ** 2 * 3
         if cache is CacheMode.FINAL and target is not None:
             return target[0] * target[1] * 3
         return self.source.mean_record_bytes
@@ -408,6 +409,8 @@ class PipelineBuilder:
         if until == "parse":
             return self._finish(parsed.batch(config.batch_size))
         images = self._decoded(parsed)
+        if choices.cache is CacheMode.DECODED:
+            return self._finish(images)  # already batched: crops are taken per batch
         batched = images.batch(config.batch_size, drop_remainder=choices.drop_remainder,
                                num_parallel_calls=AUTOTUNE, deterministic=config.deterministic)
         return self._finish(batched)
@@ -431,11 +434,14 @@ class PipelineBuilder:
             # Read past errors, then compare the count with the manifest at the end of the
             # file: the shard can be named (TensorFlow's own error names only a byte offset),
             # and under skip_corrupt the lost records are counted.
-            tagged = reader.ignore_errors().map(lambda record: (record, False)).concatenate(
-                tf.data.Dataset.from_tensors((tf.constant(b""), True)))
+            # counted in blocks of COUNT_BLOCK records: a scan step per record would halve
+            # the read rate of small records
+            tagged = reader.ignore_errors().batch(COUNT_BLOCK).map(
+                lambda block: (block, False)).concatenate(
+                tf.data.Dataset.from_tensors((tf.constant([], tf.string), True)))
 
             def count(read, element):
-                record, is_end = element
+                block, is_end = element
 
                 def at_end():
                     missing = expected_count - read
@@ -450,11 +456,12 @@ class PipelineBuilder:
                     with tf.control_dependencies([check]):
                         return tf.constant(0, tf.int64)
 
-                new_state = tf.cond(is_end, at_end, lambda: read + 1)
+                new_state = tf.cond(is_end, at_end,
+                                    lambda: read + tf.size(block, out_type=tf.int64))
                 return new_state, element
 
             return tagged.scan(tf.constant(0, tf.int64), count).filter(
-                lambda record, is_end: tf.logical_not(is_end)).map(lambda record, _: record)
+                lambda block, is_end: tf.logical_not(is_end)).map(lambda block, _: block).unbatch()
 
         return files.interleave(read_file, cycle_length=self.choices.interleave_cycle,
                                 block_length=1, num_parallel_calls=AUTOTUNE,
@@ -498,18 +505,23 @@ class PipelineBuilder:
             return tf.stack([base_seed, index])
 
         if choices.cache is CacheMode.DECODED:
-            full = parsed.map(_keep_label(lambda image: decode_full(image, plan), has_label),
-                              num_parallel_calls=AUTOTUNE, deterministic=config.deterministic)
-            full = self._cache(full)
+            squares = parsed.map(_keep_label(lambda image: decode_for_cache(image, plan), has_label),
+                                 num_parallel_calls=AUTOTUNE, deterministic=config.deterministic)
+            squares = self._cache(squares)
             if config.training:
-                full = full.shuffle(choices.shuffle_elements, seed=self._seed,
-                                    reshuffle_each_iteration=True)
+                squares = squares.shuffle(choices.shuffle_elements, seed=self._seed,
+                                          reshuffle_each_iteration=True)
             if config.repeat:
-                full = full.repeat()
-            crop = _with_index(lambda index, image: crop_and_resize(image, plan, seed_of(index)),
-                               has_label)
-            return full.enumerate().map(crop, num_parallel_calls=AUTOTUNE,
-                                        deterministic=config.deterministic)
+                squares = squares.repeat()
+            batches = squares.batch(config.batch_size, drop_remainder=choices.drop_remainder)
+
+            def crop(index, element):
+                (image, height, width), label = (element if has_label else (element, None))
+                images = crop_batch_from_cache(image, height, width, plan, seed_of(index))
+                return (images, label) if has_label else images
+
+            return batches.enumerate().map(crop, num_parallel_calls=AUTOTUNE,
+                                           deterministic=config.deterministic)
         decode = _with_index(lambda index, image: decode_to_target(image, plan, seed_of(index)),
                              has_label)
         images = parsed.enumerate().map(decode, num_parallel_calls=AUTOTUNE,

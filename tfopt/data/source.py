@@ -100,7 +100,9 @@ def resolve_source(source, *, split: str | None = None, image_key: str | None = 
     """
     manifest, files = _files_of(source, split, training)
     compression = detect_compression([Path(f) for f in files], manifest)
-    sampled, _ = infer_schema([Path(f) for f in files], compression, SAMPLE_RECORDS)
+    # a corrupted record is the pipeline's to report (naming its shard), not the sampler's
+    sampled, _ = infer_schema([Path(f) for f in files], compression, SAMPLE_RECORDS,
+                              stop_at_corruption=True)
     by_name = {info.name: info for info in sampled}
     image_key = image_key or (manifest.image_key if manifest else pick_image_key(sampled))
     label_key = label_key or (manifest.label_key if manifest else pick_label_key(sampled))

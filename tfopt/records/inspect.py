@@ -219,28 +219,46 @@ def _tf_compression(compression: str | None) -> str:
     return "GZIP" if compression == "gzip" else ""
 
 
-def infer_schema(files, compression, sample) -> tuple[list[FeatureInfo], int]:
+def infer_schema(files, compression, sample,
+                 stop_at_corruption: bool = False) -> tuple[list[FeatureInfo], int]:
+    """Infer the schema from the first ``sample`` records, reading the files in order.
+
+    Args:
+        files: TFRecord files.
+        compression: ``"gzip"`` or None.
+        sample: Records to read.
+        stop_at_corruption: Use the records read before a corrupted one instead of raising
+            (readers that handle corruption themselves). Defaults to False.
+
+    Raises:
+        tfopt.DatasetError: Records that are not ``tf.train.Example``, a corrupted file (named),
+            or no records at all.
+    """
     import tensorflow as tf
     from google.protobuf.message import DecodeError
 
-    dataset = tf.data.TFRecordDataset([str(f) for f in files], _tf_compression(compression))
     stats: dict[str, dict] = {}
     sampled = 0
-    try:
-        for index, raw in enumerate(dataset.take(sample)):
-            try:
-                example = tf.train.Example.FromString(raw.numpy())
-            except DecodeError:
-                raise DatasetError(
-                    f"{files[0]}: record {index} is not a tf.train.Example (SequenceExample and "
-                    "other protos are not supported)") from None
-            sampled += 1
-            for name, feature in example.features.feature.items():
-                _observe(stats.setdefault(name, {}), feature)
-    except tf.errors.DataLossError as error:
-        raise DatasetError(f"{files[0]}: corrupted or not a TFRecord file "
-                           f"({short_tf_message(error)}); "
-                           "run 'tfopt verify' on it") from None
+    for file in files:
+        if sampled >= sample:
+            break
+        dataset = tf.data.TFRecordDataset(str(file), _tf_compression(compression))
+        try:
+            for index, raw in enumerate(dataset.take(sample - sampled)):
+                try:
+                    example = tf.train.Example.FromString(raw.numpy())
+                except DecodeError:
+                    raise DatasetError(
+                        f"{file}: record {index} is not a tf.train.Example (SequenceExample and "
+                        "other protos are not supported)") from None
+                sampled += 1
+                for name, feature in example.features.feature.items():
+                    _observe(stats.setdefault(name, {}), feature)
+        except tf.errors.DataLossError as error:
+            if stop_at_corruption and sampled:
+                break
+            raise DatasetError(f"{file}: corrupted or not a TFRecord file "
+                               f"({short_tf_message(error)}); run 'tfopt verify' on it") from None
     if sampled == 0:
         raise DatasetError(f"{files[0]}: no records to infer a schema from")
     if not stats:

@@ -1,0 +1,271 @@
+"""The pipeline builder: decoded pixels, crops, exactly-once evaluation, labels, corruption,
+caching by budget, reproducibility, non-image data, and MirroredStrategy."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from conftest import encode_jpeg, encode_png, random_pixels
+
+import tfopt
+from tfopt.data.decode import (
+    CROP_AREA,
+    CROP_ASPECT,
+    DecodeStrategy,
+    choose_decode,
+    random_crop_window,
+    random_resized_boxes,
+)
+from tfopt.data.pipeline import CacheMode, PipelineBuilder, build_pipeline
+
+
+def _folder_of(tmp_path, images: dict, name="images"):
+    """Write {relative path: encoded bytes} and return the folder."""
+    root = tmp_path / name
+    for relative, data in images.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return root
+
+
+@pytest.fixture
+def indexed_png_dataset(tmp_path):
+    """40 PNGs whose constant colour is their index, in 4 classes; converted to 3 shards."""
+    images = {}
+    for index in range(40):
+        pixels = np.full((40, 52, 3), index * 5, dtype=np.uint8)
+        images[f"c{index % 4}/{index:03d}.png"] = encode_png(pixels)
+    out = tmp_path / "shards"
+    tfopt.convert(_folder_of(tmp_path, images), out, workers=1, shards=3)
+    return out
+
+
+def test_evaluation_yields_every_record_exactly_once_with_its_label(indexed_png_dataset):
+    builder = PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24)
+    assert builder.choices.decode.strategy is DecodeStrategy.PLAIN  # PNG
+    seen = []
+    for images, labels in builder.build():
+        assert images.dtype.name == "uint8" and images.shape[1:] == (24, 24, 3)
+        for image, label in zip(images.numpy(), labels.numpy(), strict=True):
+            index = int(round(image.mean() / 5))
+            assert label == index % 4  # the label travelled with its image
+            seen.append(index)
+    assert sorted(seen) == list(range(40))
+    assert builder.steps_per_epoch == 6  # ceil(40 / 7), no drop_remainder for evaluation
+
+
+def test_plain_decode_matches_a_reference_decode(tmp_path, tf):
+    pixels = random_pixels(3, 64, 80)
+    folder = _folder_of(tmp_path, {"a/x.png": encode_png(pixels)})
+    tfopt.convert(folder, tmp_path / "shards", workers=1)
+    images = next(iter(build_pipeline(tmp_path / "shards", 1, image_size=(48, 48))))[0]
+    crop = pixels[4:60, 12:68]  # a centred square of 87.5 % of the shorter side
+    reference = tf.cast(tf.round(tf.image.resize(crop, (48, 48))), tf.uint8).numpy()
+    assert np.abs(images[0].numpy().astype(int) - reference.astype(int)).max() <= 1
+
+
+def test_jpeg_crop_decode_matches_decoding_everything_then_cropping(tmp_path, tf):
+    xs, ys = np.meshgrid(np.linspace(0, 255, 96), np.linspace(255, 0, 72))
+    smooth = np.stack([xs, ys, np.full((72, 96), 128.0)], axis=-1).astype(np.uint8)
+    data = encode_jpeg(smooth, quality=95)
+    folder = _folder_of(tmp_path, {"a/x.jpg": data})
+    tfopt.convert(folder, tmp_path / "shards", workers=1)
+    builder = PipelineBuilder(tmp_path / "shards", batch_size=1, image_size=40)
+    assert builder.choices.decode.strategy is DecodeStrategy.CROP  # 63 / 2 < 40: no ratio
+    got = next(iter(builder.build()))[0][0].numpy().astype(int)
+    full = tf.io.decode_jpeg(data, channels=3)
+    crop = full[4:67, 16:79]  # a centred square of 87.5 % of the shorter side
+    reference = tf.image.resize(crop, (40, 40)).numpy()
+    assert np.abs(got - reference).mean() < 3
+
+
+def test_random_crop_windows_stay_in_bounds_and_in_range(tf):
+    for seed in range(50):
+        shape = tf.constant([300 + seed, 500 - seed, 3])
+        y, x, h, w = random_crop_window(shape, tf.constant([seed, 7])).numpy()
+        assert 0 <= y and 0 <= x and y + h <= 300 + seed and x + w <= 500 - seed
+        assert h > 0 and w > 0
+    heights = tf.constant(np.random.default_rng(0).integers(50, 500, 256))
+    widths = tf.constant(np.random.default_rng(1).integers(50, 500, 256))
+    boxes = random_resized_boxes(heights, widths, tf.constant([3, 4])).numpy()
+    assert (boxes >= 0).all() and (boxes <= 1 + 1e-6).all()
+    area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    whole = np.isclose(area, 1.0)
+    assert ((area >= CROP_AREA[0] - 0.01) | whole).all()
+    pixels_h = (boxes[:, 2] - boxes[:, 0]) * heights.numpy()
+    pixels_w = (boxes[:, 3] - boxes[:, 1]) * widths.numpy()
+    aspect = pixels_w / pixels_h
+    assert ((aspect > CROP_ASPECT[0] * 0.9) & (aspect < CROP_ASPECT[1] * 1.1) | whole).all()
+
+
+def test_decode_strategy_follows_the_target_size():
+    common = dict(encoding="jpeg", training=False, random_crop=False, cache_decoded=False)
+    assert choose_decode(target=(100, 100), min_side=420, **common).ratio == 2  # 367 / 4 < 100
+    assert choose_decode(target=(100, 100), min_side=480, **common).ratio == 4
+    assert choose_decode(target=(224, 224), min_side=320, **common).strategy is DecodeStrategy.CROP
+    png = choose_decode(target=(100, 100), min_side=420, **{**common, "encoding": "png"})
+    assert png.strategy is DecodeStrategy.PLAIN and png.ratio == 1
+    cached = choose_decode(target=(64, 64), min_side=400, **{**common, "cache_decoded": True})
+    assert cached.ratio == 4  # 400 / 4 = 100 >= the 90-px cache square
+
+
+def test_cache_follows_the_ram_budget(indexed_png_dataset, tmp_path):
+    def cache_of(**kwargs):
+        return PipelineBuilder(indexed_png_dataset, batch_size=4, image_size=24,
+                               training=True, **kwargs).choices
+    assert cache_of(ram_budget=1 << 30).cache is CacheMode.DECODED
+    small = cache_of(ram_budget=int(20_000 / 0.6))  # too small for decoded, fits the records
+    assert small.cache is CacheMode.ENCODED and "instead" in small.notes[0]
+    assert cache_of(ram_budget=1000).cache is CacheMode.NONE
+    assert cache_of(cache=False).cache is CacheMode.NONE
+    path = tmp_path / "cache" / "train"
+    path.parent.mkdir()
+    builder = PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, cache=str(path))
+    for _ in builder.build():
+        pass
+    assert list(path.parent.iterdir()), "the file cache was not written"
+
+
+def test_training_batches_are_reproducible_with_a_seed(indexed_png_dataset):
+    def first_batches(seed):
+        dataset = PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24,
+                                  training=True, seed=seed).build()
+        return [batch[0].numpy() for batch in dataset.take(6)]  # crosses an epoch boundary
+
+    one, two, other = first_batches(5), first_batches(5), first_batches(6)
+    assert all((a == b).all() for a, b in zip(one, two, strict=True))
+    assert any((a != b).any() for a, b in zip(one, other, strict=True))
+
+
+def test_corrupt_record_names_the_shard_or_is_skipped_and_counted(indexed_png_dataset, tf):
+    shard = sorted(indexed_png_dataset.glob("train-*"))[1]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x55
+    shard.write_bytes(bytes(data))
+    manifest = tfopt.read_manifest(indexed_png_dataset)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=shard.name):
+        for _ in build_pipeline(indexed_png_dataset, 8, image_size=24):
+            pass
+    builder = PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, skip_corrupt=True)
+    read = sum(int(images.shape[0]) for images, _ in builder.build())
+    lost = int(builder.corrupt_records.numpy())
+    assert lost > 0 and read + lost == manifest.num_records
+
+
+def test_non_image_data_parses_per_batch_with_exact_values(tmp_path):
+    rng = np.random.default_rng(0)
+    arrays = {"pixels": rng.integers(0, 256, (30, 4, 4), dtype=np.uint8),
+              "x": rng.standard_normal((30, 3)).astype(np.float32),
+              "precise": rng.standard_normal(30), "label": np.arange(30) % 3,
+              "name": np.asarray([f"row{i}" for i in range(30)])}
+    np.savez(tmp_path / "data.npz", **arrays)
+    tfopt.convert(tmp_path / "data.npz", tmp_path / "shards", workers=1, shards=2)
+    builder = PipelineBuilder(tmp_path / "shards", batch_size=8)
+    rows = {}
+    for features, labels in builder.build():
+        assert features["pixels"].dtype.name == "uint8" and features["pixels"].shape[1:] == (4, 4)
+        for i, name in enumerate(features["name"].numpy()):
+            rows[int(name[3:])] = {key: value[i].numpy() for key, value in features.items()}
+            assert labels[i].numpy() == int(name[3:]) % 3
+    assert sorted(rows) == list(range(30))
+    for i, row in rows.items():
+        np.testing.assert_array_equal(row["pixels"], arrays["pixels"][i])
+        np.testing.assert_array_equal(row["x"], arrays["x"][i])
+        assert row["precise"] == arrays["precise"][i]  # float64 travelled as raw bytes
+
+
+def test_variable_length_features_are_ragged_or_padded(tmp_path, tf):
+    path = tmp_path / "var.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for i in range(6):
+            feature = {"tokens": tf.train.Feature(int64_list=tf.train.Int64List(value=range(i + 1))),
+                       "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 2]))}
+            writer.write(tf.train.Example(features=tf.train.Features(feature=feature))
+                         .SerializeToString())
+    features, labels = next(iter(build_pipeline(str(path), 6)))
+    assert isinstance(features["tokens"], tf.RaggedTensor)
+    assert features["tokens"].row_lengths().numpy().tolist() == [1, 2, 3, 4, 5, 6]
+    padded, _ = next(iter(build_pipeline(str(path), 6, pad_ragged=True)))
+    assert padded["tokens"].shape == (6, 6) and padded["tokens"].numpy()[0].tolist() == [0, 0, 0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("encode", [encode_png, encode_jpeg])
+@pytest.mark.parametrize("cache", ["auto", False])
+def test_training_paths_keep_each_label_with_its_image(tmp_path, encode, cache):
+    """Constant-colour images: any crop keeps the colour, which names the image's index."""
+    suffix = ".png" if encode is encode_png else ".jpg"
+    folder = _folder_of(tmp_path, {f"c{i % 4}/{i:03d}{suffix}":
+                                   encode(np.full((48, 60, 3), i * 5, np.uint8)) for i in range(40)})
+    tfopt.convert(folder, tmp_path / "shards", workers=1, shards=3)
+    builder = PipelineBuilder(tmp_path / "shards", batch_size=8, training=True, image_size=20,
+                              cache=cache, seed=3)
+    expected = {"auto": CacheMode.DECODED, False: CacheMode.NONE}[cache]
+    assert builder.choices.cache is expected
+    seen = set()
+    for images_batch, labels in builder.build().take(12):  # 96 examples: over two epochs
+        for image, label in zip(images_batch.numpy(), labels.numpy(), strict=True):
+            index = int(round(image.astype(float).mean() / 5))
+            assert label == index % 4
+            seen.add(index)
+    assert len(seen) == 40
+
+
+def test_a_small_model_learns_the_demo_data_through_the_pipeline(tmp_path):
+    import keras
+
+    tfopt.make_demo_data(tmp_path / "images", count=600, classes=4, min_size=48, max_size=64,
+                         workers=1)
+    tfopt.convert(tmp_path / "images", tmp_path / "shards", workers=1, val_fraction=0.2)
+    # central crops: random-resized crops of 8 % can cut the shape out, too hard for 15 epochs
+    train = PipelineBuilder(tmp_path / "shards", batch_size=32, training=True, image_size=40,
+                            seed=1, random_crop=False)
+    validation = build_pipeline(tmp_path / "shards", 32, image_size=40)
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([
+        keras.Input((40, 40, 3), dtype="uint8"),
+        keras.layers.Rescaling(1 / 255),
+        keras.layers.Conv2D(32, 3, activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Conv2D(64, 3, activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Conv2D(64, 3, activation="relu"),
+        keras.layers.GlobalMaxPooling2D(),
+        keras.layers.Dense(4),
+    ])
+    model.compile(keras.optimizers.Adam(3e-3),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    model.fit(train.build(), steps_per_epoch=train.steps_per_epoch, epochs=15, verbose=0)
+    _, accuracy = model.evaluate(validation, verbose=0)
+    assert accuracy > 0.5, accuracy  # chance is 0.25
+
+
+@pytest.mark.slow
+def test_pipeline_under_mirrored_strategy_on_two_logical_cpus(indexed_png_dataset):
+    script = textwrap.dedent(f"""
+        import tensorflow as tf, keras
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        from tfopt.data.pipeline import PipelineBuilder
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        with strategy.scope():
+            builder = PipelineBuilder({str(indexed_png_dataset)!r}, batch_size=8,
+                                      training=True, image_size=16, seed=0)
+            model = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Rescaling(1 / 255),
+                                      keras.layers.Flatten(), keras.layers.Dense(4)])
+            model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        history = model.fit(builder.build(), steps_per_epoch=builder.steps_per_epoch,
+                            epochs=2, verbose=0)
+        print("REPLICAS", strategy.num_replicas_in_sync, "DROP", builder.choices.drop_remainder,
+              "STEPS", builder.steps_per_epoch, "LOSS", history.history["loss"][-1])
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "REPLICAS 2 DROP True STEPS 5" in result.stdout
