@@ -8,12 +8,33 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import feature_values, read_examples
 
 import tfopt
 from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME
+
+
+def _children(pid: int) -> list[int]:
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            children.append(int(stat.parent.name))
+    return children
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 def _names(dataset, split):
@@ -34,9 +55,16 @@ def test_resume_after_kill_9_gives_the_records_of_an_uninterrupted_run(tmp_path)
             break
         assert process.poll() is None, "the conversion ended before it could be killed"
         time.sleep(0.005)
+    workers = _children(process.pid)
+    assert workers, "the conversion had no worker processes"
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     assert not (out / MANIFEST_NAME).exists(), "killed too late: the conversion had finished"
+    # orphaned workers notice and exit instead of lingering with TensorFlow in memory
+    deadline = time.monotonic() + 20
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in workers if _alive(pid)], "orphaned workers still running"
 
     # without --resume the folder is refused, and every command calls it incomplete
     with pytest.raises(tfopt.OutputExistsError, match="--resume"):

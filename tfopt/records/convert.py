@@ -494,6 +494,17 @@ def _init_worker(queue, stop_event, parent_pid: int) -> None:
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     _worker_state.update(queue=queue, stop=stop_event, parent=parent_pid)
+    threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True,
+                     name="tfopt-parent-watch").start()
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """End this worker when its parent is gone (kill -9): an idle worker waits on a queue
+    whose pipe it also holds open, so it would never see the parent go and would linger,
+    holding TensorFlow's ~500 MB, forever."""
+    while os.getppid() == parent_pid:
+        time.sleep(0.5)
+    os._exit(1)
 
 
 def _worker_should_stop() -> bool:
