@@ -7,7 +7,12 @@ Methods, on the same shards and the same settings (batch size, target size, trai
 - ``guide``: the tf.data performance guide's recipe: parallel interleave over shards,
   ``map(..., num_parallel_calls=AUTOTUNE)``, batch, prefetch (and a shuffle when training).
   Per example it parses, decodes the whole JPEG, crops, resizes and converts to float32.
-- ``tfopt``: ``PipelineBuilder`` with its own choices (printed with the results).
+- ``tfopt``: ``PipelineBuilder`` with its own choices (printed with the results), random
+  crops in the pipeline.
+- ``tfopt-device`` (training only): the same with ``random_crop="device"``: the pipeline
+  ships 256/224-margin squares and the random-resized crop runs in the model on the
+  accelerator (``tfopt.Augment``). On a machine without one that crop is CPU work all the
+  same; the ``augment`` stage of the breakdown shows its cost here.
 - ``limit``: decoding the same encoded images from memory on all cores, nothing else: the
   ceiling of any pipeline that decodes full images.
 
@@ -29,7 +34,7 @@ from tfopt.data.decode import CROP_AREA, CROP_ASPECT, central_crop_window
 from tfopt.data.pipeline import PipelineBuilder
 from tfopt.errors import InvalidArgumentError
 
-METHODS = ("naive", "guide", "tfopt", "limit")
+METHODS = ("naive", "guide", "tfopt", "tfopt-device", "limit")
 STAGES = ("read", "parse", "decode", "augment")
 _LIMIT_SAMPLE = 512  # encoded images held in memory for the decode limit
 
@@ -106,8 +111,9 @@ class BenchReport:
                        "cpu_utilisation": result.cpu_utilisation}
                 for name, result in self.results.items()
             },
-            "ratios": {f"tfopt/{other}": [self.ratio("tfopt", other, e) for e in epochs]
-                       for other in self.results if other != "tfopt"},
+            "ratios": {f"{mine}/{other}": [self.ratio(mine, other, e) for e in epochs]
+                       for mine in self.results if mine.startswith("tfopt")
+                       for other in self.results if not other.startswith("tfopt")},
             "stages": self.stages,
             "slowest_stage": self.slowest_stage,
             "choices": self.choices,
@@ -120,20 +126,19 @@ class BenchReport:
                  f"{settings.image_size}x{settings.image_size}, {self.examples_per_epoch} examples "
                  f"per epoch, median of {settings.repeats} alternating runs, "
                  f"{os.cpu_count()} cores"]
-        header = "method   " + "".join(f"  epoch {e + 1:<2} ex/s (spread)       "
+        header = "method       " + "".join(f"  epoch {e + 1:<2} ex/s (spread)       "
                                           for e in range(settings.epochs)) + "  CPU"
         lines.append(header)
         for name, result in self.results.items():
             cells = "".join(f"  {result.median(e):9.1f} ({result.spread(e)[0]:7.1f}-"
                             f"{result.spread(e)[1]:7.1f})"
                             for e in range(settings.epochs))
-            lines.append(f"{name:8s} {cells}  {result.cpu_utilisation:4.0%}")
-        for other in self.results:
-            if other == "tfopt":
-                continue
-            ratios = ", ".join(f"{self.ratio('tfopt', other, e):.2f}x"
-                               for e in range(settings.epochs))
-            lines.append(f"tfopt/{other}: {ratios} (per epoch)")
+            lines.append(f"{name:12s} {cells}  {result.cpu_utilisation:4.0%}")
+        for mine in (name for name in self.results if name.startswith("tfopt")):
+            for other in (name for name in self.results if not name.startswith("tfopt")):
+                ratios = ", ".join(f"{self.ratio(mine, other, e):.2f}x"
+                                   for e in range(settings.epochs))
+                lines.append(f"{mine}/{other}: {ratios} (per epoch)")
         stages = ", ".join(f"{stage} {rate:,.0f}" for stage, rate in self.stages.items())
         lines.append(f"tfopt stages (examples/s up to each): {stages}; slowest: {self.slowest_stage}")
         lines.append("tfopt's choices:")
@@ -236,10 +241,13 @@ def run_pipeline_bench(settings: BenchSettings, methods=METHODS, progress=None) 
         raise InvalidArgumentError(f"methods={list(methods)}: choose from {', '.join(METHODS)}, "
                                    "tfopt included")
 
-    def builder():
+    def builder(**extra):
         return PipelineBuilder(settings.source, batch_size=settings.batch_size,
                                training=settings.training, image_size=settings.image_size,
-                               cache=settings.cache, split=settings.split, repeat=True)
+                               cache=settings.cache, split=settings.split, repeat=True, **extra)
+
+    if not settings.training:
+        methods = [method for method in methods if method != "tfopt-device"]
 
     first = builder()
     if first.source.image_key is None:
@@ -252,6 +260,7 @@ def run_pipeline_bench(settings: BenchSettings, methods=METHODS, progress=None) 
         "naive": lambda: naive_dataset(first, settings),
         "guide": lambda: guide_dataset(first, settings),
         "tfopt": lambda: builder().build(),
+        "tfopt-device": lambda: builder(random_crop="device").build(),
         "limit": lambda: limit_dataset(first, settings),
     }
     rates = {method: [[] for _ in range(settings.epochs)] for method in methods}
@@ -274,8 +283,11 @@ def run_pipeline_bench(settings: BenchSettings, methods=METHODS, progress=None) 
                for method in methods}
     stages = stage_breakdown(settings, steps)
     slowest = _slowest(stages)
-    return BenchReport(settings, results, stages, slowest, first.choices.describe(),
-                       steps * settings.batch_size)
+    choices = first.choices.describe()
+    if "tfopt-device" in methods:
+        device = builder(random_crop="device").choices.describe()
+        choices += "\nwith random_crop='device':\n" + device
+    return BenchReport(settings, results, stages, slowest, choices, steps * settings.batch_size)
 
 
 def stage_breakdown(settings: BenchSettings, steps: int) -> dict[str, float]:

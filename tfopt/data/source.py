@@ -77,9 +77,13 @@ class PipelineSource:
     min_image_side: int | None
     class_names: list[str] | None
 
+    sampled_record_bytes: float | None = None  # mean size of the sampled records
+
     @property
     def mean_record_bytes(self) -> float:
-        return self.num_bytes / self.num_records if self.num_records else 4096.0
+        if self.num_records:
+            return self.num_bytes / self.num_records
+        return self.sampled_record_bytes or 4096.0
 
 
 def resolve_source(source, *, split: str | None = None, image_key: str | None = None,
@@ -140,7 +144,20 @@ def resolve_source(source, *, split: str | None = None, image_key: str | None = 
         mean_image_pixels=image_info.mean_pixels if image_info else None,
         min_image_side=min(image_info.min_size) if image_info and image_info.min_size else None,
         class_names=class_names,
+        sampled_record_bytes=_mean_record_bytes(files[0], compression),
     )
+
+
+def _mean_record_bytes(file: str, compression: str | None) -> float | None:
+    """Mean serialized size of the first records: sizes buffers when there is no manifest."""
+    import tensorflow as tf
+
+    reader = tf.data.TFRecordDataset(file, "GZIP" if compression == "gzip" else "")
+    try:
+        sizes = [len(record) for record in reader.take(SAMPLE_RECORDS).as_numpy_iterator()]
+    except tf.errors.OpError:
+        return None
+    return sum(sizes) / len(sizes) if sizes else None
 
 
 def _files_of(source, split, training) -> tuple[Manifest | None, list[str]]:
