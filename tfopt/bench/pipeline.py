@@ -53,6 +53,9 @@ class BenchSettings:
         cache: tfopt's cache setting ("auto", True, False). Defaults to "auto".
         max_batches: Cap on batches per epoch (quick runs). Defaults to None (whole epoch).
         split: The manifest split. Defaults to the builder's choice.
+        tfopt_source: Where tfopt reads instead of ``source``: the same images stored at
+            training resolution (``tfopt convert --max-size``), to compare with the other
+            methods on the originals. Defaults to None (the same source).
     """
 
     source: object
@@ -64,6 +67,7 @@ class BenchSettings:
     cache: object = "auto"
     max_batches: int | None = None
     split: str | None = None
+    tfopt_source: object = None
 
     def __post_init__(self):
         if self.epochs < 1 or self.repeats < 1:
@@ -100,6 +104,7 @@ class BenchReport:
     def to_json(self) -> dict:
         settings = dataclasses.asdict(self.settings)
         settings["source"] = str(settings["source"])
+        settings["tfopt_source"] = settings["tfopt_source"] and str(settings["tfopt_source"])
         epochs = range(self.settings.epochs)
         return {
             "settings": settings,
@@ -122,7 +127,9 @@ class BenchReport:
     def describe(self) -> str:
         settings = self.settings
         mode = "training (random-resized crop)" if settings.training else "evaluation (central crop)"
-        lines = [f"pipeline benchmark: {settings.source}, {mode}, batch {settings.batch_size}, "
+        source = (f"{settings.source} (tfopt reads {settings.tfopt_source})"
+                  if settings.tfopt_source else str(settings.source))
+        lines = [f"pipeline benchmark: {source}, {mode}, batch {settings.batch_size}, "
                  f"{settings.image_size}x{settings.image_size}, {self.examples_per_epoch} examples "
                  f"per epoch, median of {settings.repeats} alternating runs, "
                  f"{os.cpu_count()} cores"]
@@ -242,14 +249,17 @@ def run_pipeline_bench(settings: BenchSettings, methods=METHODS, progress=None) 
                                    "tfopt included")
 
     def builder(**extra):
-        return PipelineBuilder(settings.source, batch_size=settings.batch_size,
+        return PipelineBuilder(settings.tfopt_source or settings.source,
+                               batch_size=settings.batch_size,
                                training=settings.training, image_size=settings.image_size,
                                cache=settings.cache, split=settings.split, repeat=True, **extra)
 
     if not settings.training:
         methods = [method for method in methods if method != "tfopt-device"]
 
-    first = builder()
+    first = PipelineBuilder(settings.source, batch_size=settings.batch_size,
+                            training=settings.training, image_size=settings.image_size,
+                            cache=settings.cache, split=settings.split, repeat=True)
     if first.source.image_key is None:
         raise InvalidArgumentError(f"{settings.source}: the pipeline benchmark needs images")
     records = first.source.num_records or _count(first)
@@ -283,7 +293,7 @@ def run_pipeline_bench(settings: BenchSettings, methods=METHODS, progress=None) 
                for method in methods}
     stages = stage_breakdown(settings, steps)
     slowest = _slowest(stages)
-    choices = first.choices.describe()
+    choices = builder().choices.describe()
     if "tfopt-device" in methods:
         device = builder(random_crop="device").choices.describe()
         choices += "\nwith random_crop='device':\n" + device
@@ -292,9 +302,10 @@ def run_pipeline_bench(settings: BenchSettings, methods=METHODS, progress=None) 
 
 def stage_breakdown(settings: BenchSettings, steps: int) -> dict[str, float]:
     """Examples/s of tfopt's pipeline cut after each stage (one epoch each, cache off)."""
-    builder = PipelineBuilder(settings.source, batch_size=settings.batch_size,
-                              training=settings.training, image_size=settings.image_size,
-                              cache=False, split=settings.split, repeat=True)
+    builder = PipelineBuilder(settings.tfopt_source or settings.source,
+                              batch_size=settings.batch_size, training=settings.training,
+                              image_size=settings.image_size, cache=False,
+                              split=settings.split, repeat=True)
     stages = {}
     for stage in ("read", "parse", "decode"):
         dataset = builder.build(until=stage)

@@ -1,0 +1,52 @@
+"""The pipeline benchmark runs every method on real shards and reports coherent figures."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import tfopt
+from tfopt.bench.pipeline import STAGES, BenchSettings, run_pipeline_bench
+from tfopt.cli import cli
+
+
+@pytest.fixture(scope="module")
+def demo_shards(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bench")
+    tfopt.make_demo_data(root / "images", count=160, classes=4, min_size=48, max_size=64,
+                         workers=1)
+    tfopt.convert(root / "images", root / "shards", workers=1, shards=4)
+    return root / "shards"
+
+
+def test_every_method_is_measured_alternately_with_ratios_and_stages(demo_shards):
+    lines = []
+    settings = BenchSettings(demo_shards, batch_size=16, image_size=32, epochs=2, repeats=2,
+                             max_batches=3)
+    report = run_pipeline_bench(settings, progress=lines.append)
+    assert list(report.results) == ["naive", "guide", "tfopt", "tfopt-device", "limit"]
+    assert [line.split()[2] for line in lines[:5]] == list(report.results)  # alternation
+    for result in report.results.values():
+        assert len(result.epoch_rates) == 2 and all(len(r) == 2 for r in result.epoch_rates)
+        assert all(rate > 0 for rates in result.epoch_rates for rate in rates)
+    data = report.to_json()
+    assert data["ratios"]["tfopt/guide"][0] == pytest.approx(
+        report.results["tfopt"].median(0) / report.results["guide"].median(0))
+    assert set(report.stages) == set(STAGES) and report.slowest_stage in STAGES
+    text = report.describe()
+    assert "tfopt/guide" in text and "tfopt-device/guide" in text and "slowest" in text
+
+
+def test_eval_settings_and_the_cli_json(demo_shards):
+    result = CliRunner().invoke(cli, ["bench", "pipeline", str(demo_shards), "--eval",
+                                      "--batch-size", "16", "--image-size", "32", "--repeats",
+                                      "1", "--max-batches", "2", "--methods", "guide,tfopt",
+                                      "--json", "-q"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert list(data["methods"]) == ["guide", "tfopt"]
+    assert data["settings"]["training"] is False
+    bad = CliRunner().invoke(cli, ["bench", "pipeline", str(demo_shards), "--methods", "guide"])
+    assert bad.exit_code == 1 and "tfopt included" in bad.output
