@@ -55,10 +55,9 @@ class DecodePlan:
 CROP_AREA = (0.08, 1.0)
 CROP_ASPECT = (3 / 4, 4 / 3)
 EVAL_CROP_FRACTION = 0.875  # central 87.5 %: the 224-of-256 convention
-# Decoded images are cached as squares of this multiple of the target side, the "resize 256,
-# crop 224" margin of ImageNet training: every later epoch then crops a whole batch with one
-# crop_and_resize call instead of resizing full photos one by one. With random crops left to
-# the device, the pipeline ships squares of the same margin.
+# The "resize 256, crop 224" margin of ImageNet training: decoded images kept in the cache
+# stay at least this much larger than the target (reduced JPEG decoding stops there), and
+# with random crops left to the device the pipeline ships squares with this margin.
 CACHE_SCALE = 256 / 224
 DEVICE_CROP_SCALE = CACHE_SCALE
 
@@ -88,13 +87,14 @@ def choose_decode(*, encoding: str, training: bool, random_crop: bool, target: t
     """
     jpeg = encoding == "jpeg"
     if cache_decoded:
+        # keep at least the crop margin of resolution: a 1/ratio image >= target x 256/224
         side = cache_side(target)
         ratio = reduction_ratio(min_side, (side, side)) if jpeg else 1
         scale = f" at 1/{ratio} scale" if ratio > 1 else ""
         return DecodePlan(DecodeStrategy.REDUCED if ratio > 1 else DecodeStrategy.PLAIN, ratio,
                           target, random_crop, jpeg,
-                          f"decoded once{scale} into a cache of {side}x{side} images; every "
-                          "later epoch crops whole batches from memory (crop_and_resize)")
+                          f"decoded once{scale} into the cache; every later epoch draws its "
+                          "random crops from memory")
     # evaluation keeps the central crop: that crop, not the whole image, must stay >= target
     kept_side = min_side if (random_crop or not min_side) else int(min_side * crop_fraction)
     ratio = reduction_ratio(kept_side, target) if jpeg else 1
@@ -178,58 +178,3 @@ def decode_to_target(encoded, plan: DecodePlan, seed=None) -> tf.Tensor:
                                           fancy_upscaling=plan.fancy_upscaling)
         return resize_uint8(crop, plan.target)
     return crop_and_resize(decode_full(encoded, plan), plan, seed)
-
-
-def decode_for_cache(encoded, plan: DecodePlan):
-    """Decode and squeeze into the cache square; keep the original size for crop geometry.
-
-    The aspect ratio is not kept in the square, but crop boxes are drawn in the original's
-    proportions and mapped to the square in normalised coordinates, so every crop has the
-    geometry it would have had on the original; only resolution above the cache side is lost.
-    """
-    image = decode_full(encoded, plan)
-    shape = tf.shape(image)
-    side = cache_side(plan.target)
-    return resize_uint8(image, (side, side)), shape[0], shape[1]
-
-
-def random_resized_boxes(heights, widths, seed, area=CROP_AREA, aspect=CROP_ASPECT,
-                         attempts: int = 10) -> tf.Tensor:
-    """Random-resized-crop boxes for a batch, vectorised: ``[B, 4]`` normalised y1, x1, y2, x2.
-
-    For each image, ``attempts`` candidates of uniform area fraction and log-uniform aspect
-    ratio are drawn at once; the first that fits is used, else the whole image (the usual
-    RandomResizedCrop rule).
-
-    Args:
-        heights: ``[B]`` original heights.
-        widths: ``[B]`` original widths.
-        seed: Shape-[2] seed for the stateless draws.
-    """
-    heights = tf.cast(heights, tf.float32)[:, None]
-    widths = tf.cast(widths, tf.float32)[:, None]
-    count = tf.shape(heights)[0]
-    seeds = tf.random.experimental.stateless_split(seed, 4)
-    fraction = tf.random.stateless_uniform([count, attempts], seeds[0], area[0], area[1])
-    log_aspect = tf.random.stateless_uniform([count, attempts], seeds[1],
-                                             tf.math.log(aspect[0]), tf.math.log(aspect[1]))
-    target_area = fraction * heights * widths
-    crop_w = tf.round(tf.sqrt(target_area * tf.exp(log_aspect)))
-    crop_h = tf.round(tf.sqrt(target_area / tf.exp(log_aspect)))
-    fits = (crop_w > 0) & (crop_h > 0) & (crop_w <= widths) & (crop_h <= heights)
-    first = tf.argmax(tf.cast(fits, tf.int32), axis=1)  # first fitting attempt (0 if none)
-    any_fits = tf.reduce_any(fits, axis=1)
-    crop_w = tf.where(any_fits, tf.gather(crop_w, first, batch_dims=1), widths[:, 0])
-    crop_h = tf.where(any_fits, tf.gather(crop_h, first, batch_dims=1), heights[:, 0])
-    top = tf.random.stateless_uniform([count], seeds[2]) * (heights[:, 0] - crop_h)
-    left = tf.random.stateless_uniform([count], seeds[3]) * (widths[:, 0] - crop_w)
-    return tf.stack([top / heights[:, 0], left / widths[:, 0],
-                     (top + crop_h) / heights[:, 0], (left + crop_w) / widths[:, 0]], axis=1)
-
-
-def crop_batch_from_cache(images, heights, widths, plan: DecodePlan, seed) -> tf.Tensor:
-    """Random-resized crops of a batch of cached squares, in one crop_and_resize call."""
-    boxes = random_resized_boxes(heights, widths, seed)
-    count = tf.shape(images)[0]
-    crops = tf.image.crop_and_resize(images, boxes, tf.range(count), plan.target)
-    return tf.cast(crops + 0.5, tf.uint8)  # convex weights: values stay in [0, 255]

@@ -28,10 +28,9 @@ from tfopt.data.decode import (
     DEVICE_CROP_SCALE,
     EVAL_CROP_FRACTION,
     DecodePlan,
-    cache_side,
     choose_decode,
-    crop_batch_from_cache,
-    decode_for_cache,
+    crop_and_resize,
+    decode_full,
     decode_to_target,
 )
 from tfopt.data.source import ParsedFeature, PipelineSource, resolve_source
@@ -360,7 +359,8 @@ class PipelineBuilder:
             best, estimate = CacheMode.ENCODED, source.num_bytes
         elif random_crop:
             best = CacheMode.DECODED
-            estimate = records * cache_side(target) ** 2 * 3 if records else None
+            estimate = (int(records * source.mean_image_pixels * 3)
+                        if records and source.mean_image_pixels else None)
         else:
             best = CacheMode.FINAL
             estimate = records * target[0] * target[1] * 3 if records else None
@@ -381,8 +381,8 @@ class PipelineBuilder:
 
     def _element_bytes(self, cache: CacheMode, target) -> float:
         """Estimated bytes of one element where the shuffle buffer sits."""
-        if cache is CacheMode.DECODED and target is not None:
-            return cache_side(target) ** 2 * 3
+        if cache is CacheMode.DECODED and self.source.mean_image_pixels:
+            return self.source.mean_image_pixels * 3
         if cache is CacheMode.FINAL and target is not None:
             return target[0] * target[1] * 3
         return self.source.mean_record_bytes
@@ -432,8 +432,6 @@ class PipelineBuilder:
         if until == "parse":
             return self._finish(parsed.batch(config.batch_size))
         images = self._decoded(parsed)
-        if choices.cache is CacheMode.DECODED:
-            return self._finish(images)  # already batched: crops are taken per batch
         batched = images.batch(config.batch_size, drop_remainder=choices.drop_remainder,
                                num_parallel_calls=AUTOTUNE, deterministic=config.deterministic)
         return self._finish(batched)
@@ -528,23 +526,19 @@ class PipelineBuilder:
             return tf.stack([base_seed, index])
 
         if choices.cache is CacheMode.DECODED:
-            squares = parsed.map(_keep_label(lambda image: decode_for_cache(image, plan), has_label),
-                                 num_parallel_calls=AUTOTUNE, deterministic=config.deterministic)
-            squares = self._cache(squares)
+            # whole decoded images in the cache; each epoch draws its own crops from them
+            full = parsed.map(_keep_label(lambda image: decode_full(image, plan), has_label),
+                              num_parallel_calls=AUTOTUNE, deterministic=config.deterministic)
+            full = self._cache(full)
             if config.training:
-                squares = squares.shuffle(choices.shuffle_elements, seed=self._seed,
-                                          reshuffle_each_iteration=True)
+                full = full.shuffle(choices.shuffle_elements, seed=self._seed,
+                                    reshuffle_each_iteration=True)
             if config.repeat:
-                squares = squares.repeat()
-            batches = squares.batch(config.batch_size, drop_remainder=choices.drop_remainder)
-
-            def crop(index, element):
-                (image, height, width), label = (element if has_label else (element, None))
-                images = crop_batch_from_cache(image, height, width, plan, seed_of(index))
-                return (images, label) if has_label else images
-
-            return batches.enumerate().map(crop, num_parallel_calls=AUTOTUNE,
-                                           deterministic=config.deterministic)
+                full = full.repeat()
+            crop = _with_index(lambda index, image: crop_and_resize(image, plan, seed_of(index)),
+                               has_label)
+            return full.enumerate().map(crop, num_parallel_calls=AUTOTUNE,
+                                        deterministic=config.deterministic)
         decode = _with_index(lambda index, image: decode_to_target(image, plan, seed_of(index)),
                              has_label)
         images = parsed.enumerate().map(decode, num_parallel_calls=AUTOTUNE,
