@@ -1,0 +1,1 @@
+"""The model side: precision policy, gradient accumulation, Keras callbacks, backups."""
