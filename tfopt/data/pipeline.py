@@ -77,7 +77,8 @@ class PipelineConfig:
         random_crop: Random-resized crop (8-100 % of the area): True (in the pipeline),
             ``"device"`` (the pipeline ships squares of 256/224 of ``image_size``, central
             square of each image, and the model crops them on the accelerator: put
-            ``tfopt.Augment(output_size=image_size)`` first in it), or False (central crop).
+            ``tfopt.Augment(output_size=image_size, random_crop=True)`` first in it), or False
+            (central crop).
             Defaults to True for training images, False otherwise.
         cache: ``"auto"`` (cache when the estimate fits the RAM budget), True (in memory),
             False, or a file path (cache in that file). Defaults to "auto".
@@ -294,7 +295,8 @@ class PipelineBuilder:
             # ship whole central squares with a margin; the model draws the random crops
             side = int(round(DEVICE_CROP_SCALE * max(target)))
             notes.append(f"random-resized crops happen on the device: batches are {side}x{side}; "
-                         f"put tfopt.Augment(output_size={target}) first in the model")
+                         f"put tfopt.Augment(output_size={target}, random_crop=True) first "
+                         "in the model")
             target, random_crop, crop_fraction = (side, side), False, 1.0
         self._output_size = target
         cache, estimate = self._choose_cache(target, random_crop, notes)
