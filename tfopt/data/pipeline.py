@@ -451,7 +451,7 @@ class PipelineBuilder:
         corrupt, skip = self.corrupt_records, config.skip_corrupt
 
         def read_file(path, expected_count):
-            reader = tf.data.TFRecordDataset(path, compression, buffer_size=1 << 20)
+            reader = tf.data.TFRecordDataset(path, compression)
             if not counted:
                 return reader.ignore_errors() if skip else reader
             # Read past errors, then compare the count with the manifest at the end of the
