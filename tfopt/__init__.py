@@ -49,6 +49,16 @@ _LAZY_EXPORTS = {
     "augment_batch": "tfopt.data.augment",
     "augment_dataset": "tfopt.data.augment",
     "sample_crop_boxes": "tfopt.data.augment",
+    # train: precision policy and gradient accumulation
+    "choose_policy": "tfopt.train.precision",
+    "PolicyChoice": "tfopt.train.precision",
+    "enable_policy": "tfopt.train.precision",
+    "check_model_precision": "tfopt.train.precision",
+    "measure_policies": "tfopt.train.precision",
+    "configure_accumulation": "tfopt.train.accumulation",
+    "AccumulationPlan": "tfopt.train.accumulation",
+    "make_optimizer": "tfopt.train.accumulation",
+    "UpdateStepSchedule": "tfopt.train.accumulation",
     # bench
     "BenchSettings": "tfopt.bench.pipeline",
     "run_pipeline_bench": "tfopt.bench.pipeline",
