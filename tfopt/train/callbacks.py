@@ -1,0 +1,404 @@
+"""Keras callbacks that show every epoch whether the accelerator is fed.
+
+Each callback writes numbers into the epoch's ``logs``, so they reach History, CSVLogger and
+TensorBoard; put them *before* CSVLogger/TensorBoard in the ``callbacks`` list (Keras calls
+callbacks in list order and History last). The timing math lives in :mod:`tfopt.train.timing`;
+these classes only forward Keras's hooks to it.
+
+``steps_per_execution = N``: Keras 3 calls ``on_train_batch_begin(first_step)`` and
+``on_train_batch_end(last_step)`` once per N steps, so a call counts ``last - first + 1`` steps
+(Keras 2 passed the same index to both; then ``model.steps_per_execution`` is used). A last
+call of an epoch that ran out of data early is still counted as N full steps.
+
+Distribution strategies: the batch a ``tf.data`` dataset yields is the global batch, split
+across replicas by Keras, so ``batch_size`` here is the global batch and examples/s is global.
+
+What the input-stall callback can see: Keras 3 reads the next batch *inside* the compiled train
+function (``iterator.get_next()`` in the ``tf.function``), so the gap between
+``on_train_batch_end`` and the next ``on_train_batch_begin`` holds only loop and callback
+overhead, never the input wait. :class:`InputProbe` measures the wait where it happens, in the
+``tf.data`` pipeline, with ``tf.timestamp()`` before and after the pipeline's ``get_next``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from types import ModuleType
+
+from tfopt._tf import import_tensorflow
+
+tf = import_tensorflow()
+import keras  # noqa: E402 - after the quiet TensorFlow import
+
+from tfopt.gpu.sampler import GpuSampler, GpuStats  # noqa: E402
+from tfopt.train.timing import (  # noqa: E402
+    DEFAULT_WARMUP_STEPS,
+    InputBound,
+    StallMeter,
+    StepTimer,
+)
+
+logger = logging.getLogger("tfopt")
+
+__all__ = [
+    "GpuStatsCallback",
+    "InputProbe",
+    "InputStallCallback",
+    "ThroughputCallback",
+    "training_callbacks",
+]
+
+
+def _steps_in_call(model, begin: int | None, end: int) -> int:
+    """Steps Keras ran between on_train_batch_begin(begin) and on_train_batch_end(end)."""
+    if begin is not None and end > begin:
+        return end - begin + 1
+    # Keras 3 with one step per call, or Keras 2 (which passes one index to both hooks)
+    steps = getattr(model, "steps_per_execution", 1) if model is not None else 1
+    try:
+        return max(int(steps), 1)  # an int in Keras 3, a tf.Variable in Keras 2
+    except (TypeError, ValueError):
+        return 1
+
+
+class InputProbe:
+    """Measures, inside a ``tf.data`` pipeline, how long the consumer waits for each batch.
+
+    :meth:`instrument` zips the dataset with a stream of ``tf.timestamp()`` taken when the
+    consumer asks for an element, and stamps again when the element is there; the difference
+    (seconds) and the batch's size accumulate in CPU variables, read without stopping training.
+    It adds two small graph functions per element (no Python, no GIL) and turns off tf.data's
+    injected final prefetch, so the stamps run in the consumer's thread. A ``prefetch`` that
+    Keras or a distribution strategy puts downstream (``class_weight``, ``distribute_dataset``)
+    moves the stamps to that prefetch thread: the waits are then the prefetcher's, which track
+    the consumer's closely when input is the bottleneck.
+
+    Instrument the dataset outside ``strategy.scope()`` (the variables must be plain CPU
+    variables). The instrumented dataset cannot be serialised (tf.data service).
+
+    Example:
+        >>> probe = InputProbe()
+        >>> dataset = probe.instrument(dataset)
+        >>> model.fit(dataset, callbacks=[InputStallCallback(probe), ThroughputCallback(probe=probe)])
+    """
+
+    def __init__(self):
+        with tf.init_scope(), tf.device("/CPU:0"):
+            self._wait = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="input_wait")
+            self._examples = tf.Variable(0, dtype=tf.int64, trainable=False, name="examples")
+            self._batches = tf.Variable(0, dtype=tf.int64, trainable=False, name="batches")
+
+    def instrument(self, dataset):
+        """Return ``dataset`` with its waits and batch sizes measured; elements unchanged.
+
+        Args:
+            dataset: A batched ``tf.data.Dataset``. The batch size is the first dimension of
+                its first tensor (1 per element for scalars).
+
+        Returns:
+            A dataset with the same elements, element_spec and cardinality.
+        """
+        requested = tf.data.Dataset.from_tensors(0).repeat().map(lambda _: tf.timestamp())
+        first = tf.nest.flatten(dataset.element_spec)[0]
+        batched = first.shape.rank is None or first.shape.rank > 0
+
+        def record(asked, element):
+            wait = tf.timestamp() - asked  # the element arrived now; it was asked for at `asked`
+            size = tf.shape(tf.nest.flatten(element)[0], out_type=tf.int64)[0] if batched else 1
+            updates = [
+                self._wait.assign_add(wait),
+                self._examples.assign_add(tf.cast(size, tf.int64)),
+                self._batches.assign_add(1),
+            ]
+            with tf.control_dependencies(updates):
+                return tf.nest.map_structure(tf.identity, element)
+
+        probed = tf.data.Dataset.zip((requested, dataset)).map(
+            lambda asked, *element: record(asked, element[0] if len(element) == 1 else element)
+        )
+        options = tf.data.Options()
+        # an injected prefetch after our map would stamp in its thread, not the consumer's
+        options.experimental_optimization.inject_prefetch = False
+        return probed.with_options(options)
+
+    def read(self) -> tuple[float, int, int]:
+        """(seconds waited, examples, batches) since the probe was made."""
+        return float(self._wait.numpy()), int(self._examples.numpy()), int(self._batches.numpy())
+
+    def mean_batch_size(self) -> float | None:
+        """Examples per batch seen so far; None before the first batch."""
+        _, examples, batches = self.read()
+        return examples / batches if batches else None
+
+
+class ThroughputCallback(keras.callbacks.Callback):
+    """Logs examples/s and step time (median, p90) per epoch, warm-up excluded.
+
+    Logs keys: ``examples_per_second``, ``steps_per_second``, ``step_time_median`` and
+    ``step_time_p90`` (seconds per step). Examples/s spans the first counted call's begin to
+    the last one's end, so input waits and callback time between steps slow it, as they slow
+    training.
+
+    Batch size: ``batch_size`` when given (the global batch); else the mean batch the
+    :class:`InputProbe` saw by the end of the epoch; else unknown: one warning, and
+    ``examples_per_second`` is NaN while the step times are still logged.
+
+    Args:
+        batch_size: Global examples per step. Defaults to None: from ``probe``.
+        probe: The InputProbe that instrumented the training dataset. Defaults to None.
+        warmup_steps: Steps at the start of the first epoch left out. Defaults to 3.
+
+    Raises:
+        InvalidArgumentError: batch_size < 1 or warmup_steps < 0.
+
+    Example:
+        >>> model.fit(dataset, epochs=3, callbacks=[ThroughputCallback(batch_size=64)])
+        >>> history.history["examples_per_second"]
+    """
+
+    def __init__(self, batch_size: int | None = None, probe: InputProbe | None = None,
+                 warmup_steps: int = DEFAULT_WARMUP_STEPS):
+        super().__init__()
+        if batch_size is not None and (
+            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+        ):
+            from tfopt.errors import InvalidArgumentError
+
+            raise InvalidArgumentError(
+                f"batch_size must be a positive integer (the global batch) or None, "
+                f"got {batch_size!r}"
+            )
+        self.batch_size = batch_size
+        self.probe = probe
+        self.timer = StepTimer(warmup_steps)
+        self._begin_step: int | None = None
+        self._warned = False
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.timer.start_epoch()
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._begin_step = batch
+        self.timer.begin()
+
+    def on_train_batch_end(self, batch, logs=None):
+        # examples are filled in at epoch end when the batch size comes from the probe
+        self.timer.end(_steps_in_call(self.model, self._begin_step, batch), batch_size=1)
+
+    def on_epoch_end(self, epoch, logs=None):
+        summary = self.timer.summary()
+        batch_size = self.batch_size
+        if batch_size is None and self.probe is not None:
+            batch_size = self.probe.mean_batch_size()
+        values = summary.to_logs()
+        if batch_size is None:
+            values["examples_per_second"] = math.nan
+            if not self._warned:
+                self._warned = True
+                logger.warning("ThroughputCallback: batch size unknown, examples_per_second "
+                               "is NaN; pass batch_size= or probe=")
+        else:
+            values["examples_per_second"] = summary.steps_per_second * batch_size
+        if logs is not None:
+            logs.update(values)
+        logger.info("epoch %d: %.1f examples/s, step time median %.2f ms, p90 %.2f ms",
+                    epoch + 1, values["examples_per_second"], 1e3 * values["step_time_median"],
+                    1e3 * values["step_time_p90"])
+
+
+class InputStallCallback(keras.callbacks.Callback):
+    """Logs each epoch's share of time spent waiting for input, classed as the Profiler does.
+
+    Wait = the waits the :class:`InputProbe` measured inside Keras's batch calls; without a
+    probe, the gaps between the calls. ``input_bound_percent`` = 100 * wait / wall time of the
+    counted steps (calls + gaps), classed under 5 % not input-bound, 5-20 % moderately, 20 % or more highly; the class and
+    the likely fix go to the ``tfopt`` log at INFO (a warning when highly input-bound). Without
+    a probe only the gaps are seen, which with Keras 3 miss the input wait (module docstring):
+    one warning says so.
+
+    Logs keys: ``input_bound_percent``, ``input_wait_seconds``, ``compute_seconds`` (calls
+    minus input waits), ``step_gap_seconds`` (between calls: loop and callback overhead).
+
+    Args:
+        probe: The InputProbe that instrumented the training dataset. Defaults to None.
+        warmup_steps: Steps at the start of the first epoch left out. Defaults to 3.
+
+    Raises:
+        InvalidArgumentError: warmup_steps < 0.
+
+    Example:
+        >>> probe = InputProbe()
+        >>> model.fit(probe.instrument(dataset), callbacks=[InputStallCallback(probe)])
+    """
+
+    def __init__(self, probe: InputProbe | None = None,
+                 warmup_steps: int = DEFAULT_WARMUP_STEPS):
+        super().__init__()
+        self.probe = probe
+        self.meter = StallMeter(warmup_steps)
+        self._begin_step: int | None = None
+        self._probe_start: float | None = None
+        self.last_kind: InputBound | None = None
+
+    def on_train_begin(self, logs=None):
+        if self.probe is None:
+            logger.warning(
+                "InputStallCallback without an InputProbe sees only the gaps between Keras's "
+                "batch calls; Keras 3 reads input inside the train function, so input waits "
+                "are missed. Use probe = InputProbe(); fit(probe.instrument(dataset), ...)"
+            )
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.meter.start_epoch()
+        self._probe_start = None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._begin_step = batch
+        self.meter.begin()
+        if self.probe is not None and self._probe_start is None and self.meter.counting:
+            self._probe_start = self.probe.read()[0]  # waits from here on belong to counted calls
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.meter.end(_steps_in_call(self.model, self._begin_step, batch))
+
+    def on_epoch_end(self, epoch, logs=None):
+        inner = None
+        if self.probe is not None and self._probe_start is not None:
+            inner = self.probe.read()[0] - self._probe_start
+        summary = self.meter.summary(inner)
+        self.last_kind = summary.kind
+        if logs is not None:
+            logs.update(summary.to_logs())
+        level = logging.WARNING if summary.kind is InputBound.HIGH else logging.INFO
+        logger.log(level, "epoch %d: %.1f %% of step time waiting for input: %s; %s",
+                   epoch + 1, summary.input_bound_percent, summary.kind.value,
+                   summary.kind.advice)
+
+
+# GpuSnapshot field -> logs key stem. Memory is logged in MiB: bytes overflow float32 summaries
+# in TensorBoard's precision and read badly in a CSV.
+_GPU_FIELDS = {
+    "gpu_util": ("util", 1.0),
+    "mem_util": ("mem_util", 1.0),
+    "memory_used": ("memory_mib", 1.0 / (1 << 20)),
+    "power_w": ("power_w", 1.0),
+    "temperature_c": ("temperature_c", 1.0),
+}
+
+
+class GpuStatsCallback(keras.callbacks.Callback):
+    """Samples the GPUs in a background thread; logs each epoch's mean and max per GPU.
+
+    Keys per GPU i: ``gpu{i}_util_mean``/``_max`` (percent), ``gpu{i}_mem_util_*`` (percent of
+    time memory was read or written), ``gpu{i}_memory_mib_*``, ``gpu{i}_power_w_*``,
+    ``gpu{i}_power_percent_*`` (of the enforced limit), ``gpu{i}_temperature_c_*``. A field the
+    GPU does not report is left out. Short epochs get at least one sample, taken at epoch end.
+
+    Without NVML or an NVIDIA GPU: one warning at train begin and nothing else. A failure
+    while sampling is logged and never stops training.
+
+    Args:
+        interval_s: Seconds between samples. Defaults to 1.0.
+        module: The pynvml module (a fake one in tests). Defaults to None: import pynvml.
+
+    Raises:
+        InvalidArgumentError: interval_s is not positive.
+
+    Example:
+        >>> model.fit(dataset, epochs=5, callbacks=[GpuStatsCallback(interval_s=0.5)])
+    """
+
+    def __init__(self, interval_s: float = 1.0, module: ModuleType | None = None):
+        super().__init__()
+        from tfopt.gpu.sampler import SampleSchedule
+
+        SampleSchedule(interval_s)  # validates interval_s now, not at train begin
+        self.interval_s = interval_s
+        self.module = module
+        self.sampler: GpuSampler | None = None
+        self._warned = False
+
+    def on_train_begin(self, logs=None):
+        try:
+            sampler = GpuSampler(self.interval_s, module=self.module)
+            state = sampler.state
+            if not state.ok:
+                if not self._warned:
+                    self._warned = True
+                    logger.warning("GPU stats off: %s. Hint: %s", state.message, state.hint)
+                sampler.stop()
+                return
+            self.sampler = sampler.start()
+        except Exception:  # monitoring must never fail training
+            logger.exception("GPU stats off: starting the sampler failed")
+            self.sampler = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.sampler is not None:
+            self.sampler.stats = GpuStats()  # the thread adds to whatever object is current
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.sampler is None:
+            return
+        try:
+            stats = self.sampler.stats
+            if not stats.summary():
+                self.sampler.sample_once()
+            values = self._values(stats)
+        except Exception:
+            logger.exception("GPU stats: reading the samples failed; epoch %d not logged", epoch)
+            return
+        if logs is not None:
+            logs.update(values)
+
+    def _values(self, stats: GpuStats) -> dict[str, float]:
+        limits = {s.index: s.power_limit_w for s in self.sampler.latest}
+        values: dict[str, float] = {}
+        for index, fields in sorted(stats.summary().items()):
+            for field, (stem, scale) in _GPU_FIELDS.items():
+                if field in fields:
+                    values[f"gpu{index}_{stem}_mean"] = fields[field].mean * scale
+                    values[f"gpu{index}_{stem}_max"] = fields[field].max * scale
+            limit = limits.get(index)
+            if "power_w" in fields and limit:
+                values[f"gpu{index}_power_percent_mean"] = 100.0 * fields["power_w"].mean / limit
+                values[f"gpu{index}_power_percent_max"] = 100.0 * fields["power_w"].max / limit
+        return values
+
+    def on_train_end(self, logs=None):
+        if self.sampler is not None:
+            self.sampler.stop()
+            self.sampler = None
+
+
+def training_callbacks(
+    batch_size: int | None = None,
+    probe: InputProbe | None = None,
+    gpu: bool = True,
+    warmup_steps: int = DEFAULT_WARMUP_STEPS,
+    gpu_interval_s: float = 1.0,
+) -> list:
+    """The measuring callbacks in one list: throughput, input stall and (optionally) GPU stats.
+
+    Args:
+        batch_size: Global batch size. Defaults to None: from ``probe``.
+        probe: The InputProbe that instrumented the training dataset. Defaults to None.
+        gpu: Add GpuStatsCallback. Defaults to True.
+        warmup_steps: Steps at the start of the first epoch left out. Defaults to 3.
+        gpu_interval_s: Seconds between GPU samples. Defaults to 1.0.
+
+    Returns:
+        A list to put before CSVLogger/TensorBoard in ``fit(callbacks=...)``.
+
+    Example:
+        >>> probe = InputProbe()
+        >>> model.fit(probe.instrument(ds), callbacks=training_callbacks(probe=probe))
+    """
+    callbacks = [
+        ThroughputCallback(batch_size, probe, warmup_steps),
+        InputStallCallback(probe, warmup_steps),
+    ]
+    if gpu:
+        callbacks.append(GpuStatsCallback(gpu_interval_s))
+    return callbacks
