@@ -59,6 +59,14 @@ _LAZY_EXPORTS = {
     "AccumulationPlan": "tfopt.train.accumulation",
     "make_optimizer": "tfopt.train.accumulation",
     "UpdateStepSchedule": "tfopt.train.accumulation",
+    # train: callbacks and backups
+    "ThroughputCallback": "tfopt.train.callbacks",
+    "InputStallCallback": "tfopt.train.callbacks",
+    "GpuStatsCallback": "tfopt.train.callbacks",
+    "InputProbe": "tfopt.train.callbacks",
+    "training_callbacks": "tfopt.train.callbacks",
+    "backup_callbacks": "tfopt.train.backup",
+    "BestModelCheckpoint": "tfopt.train.backup",
     # bench
     "BenchSettings": "tfopt.bench.pipeline",
     "run_pipeline_bench": "tfopt.bench.pipeline",
