@@ -27,6 +27,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfopt._validate import choice
 from tfopt.errors import InvalidArgumentError
 
 # Stateless ops want int32 seeds to compile under XLA (Keras casts its int64 seed state the
@@ -175,7 +176,7 @@ class AugmentConfig:
             set_field(name, _number(name, getattr(self, name), 0.0, 1.0,
                                     "a strength in [0, 1]; 0 switches it off"))
         if self.normalization is not None:
-            set_field("normalization", _choice(Normalization, self.normalization,
+            set_field("normalization", choice(Normalization, self.normalization,
                                                "normalization").value)
         if (self.mean is None) != (self.std is None):
             given = "mean" if self.mean is not None else "std"
@@ -288,14 +289,6 @@ def _floats(name, value, low, expected) -> tuple[float, ...]:
         raise InvalidArgumentError(
             f"{name}={value!r}: expected {expected}, one or one per channel, in 0-255 units")
     return tuple(float(x) for x in values)
-
-
-def _choice(enum_type, value, name):
-    try:
-        return enum_type(str(value).lower())
-    except ValueError:
-        allowed = ", ".join(member.value for member in enum_type)
-        raise InvalidArgumentError(f"{name}={value!r} is not one of: {allowed}") from None
 
 
 def _float_dtype(name, value) -> str:

@@ -531,12 +531,7 @@ class PipelineBuilder:
             # whole decoded images in the cache; each epoch draws its own crops from them
             full = parsed.map(_keep_label(lambda image: decode_full(image, plan), has_label),
                               num_parallel_calls=AUTOTUNE, deterministic=config.deterministic)
-            full = self._cache(full)
-            if config.training:
-                full = full.shuffle(choices.shuffle_elements, seed=self._seed,
-                                    reshuffle_each_iteration=True)
-            if config.repeat:
-                full = full.repeat()
+            full = self._shuffle_and_repeat(self._cache(full))
             crop = _with_index(lambda index, image: crop_and_resize(image, plan, seed_of(index)),
                                has_label)
             return full.enumerate().map(crop, num_parallel_calls=AUTOTUNE,
@@ -546,13 +541,15 @@ class PipelineBuilder:
         images = parsed.enumerate().map(decode, num_parallel_calls=AUTOTUNE,
                                         deterministic=config.deterministic)
         if choices.cache is CacheMode.FINAL:
-            images = self._cache(images)
-            if config.training:
-                images = images.shuffle(choices.shuffle_elements, seed=self._seed,
-                                        reshuffle_each_iteration=True)
-            if config.repeat:
-                images = images.repeat()
+            images = self._shuffle_and_repeat(self._cache(images))
         return images
+
+    def _shuffle_and_repeat(self, cached: tf.data.Dataset) -> tf.data.Dataset:
+        """After a cache: a fresh order every epoch when training, repeated if asked."""
+        if self.config.training:
+            cached = cached.shuffle(self.choices.shuffle_elements, seed=self._seed,
+                                    reshuffle_each_iteration=True)
+        return cached.repeat() if self.config.repeat else cached
 
     def _cache(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
         cache = self.config.cache

@@ -33,6 +33,7 @@ import numpy as np
 
 from tfopt._files import fsync_dir, is_temp_file, sha256_file
 from tfopt._progress import Progress
+from tfopt._validate import choice, require
 from tfopt._version import __version__
 from tfopt.errors import DatasetError, InvalidArgumentError, OutputExistsError, TfoptError
 from tfopt.records.manifest import (
@@ -133,20 +134,20 @@ class ConvertOptions:
     def __post_init__(self):
         set_field = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
         if self.source_format is not None:
-            set_field("source_format", _choice(SourceKind, self.source_format, "source_format").value)
-        set_field("compression", _choice(Compression, self.compression or "none", "compression").value)
-        set_field("on_error", _choice(OnError, self.on_error, "on_error").value)
-        set_field("check", _choice(ImageCheck, self.check, "check").value)
+            set_field("source_format", choice(SourceKind, self.source_format, "source_format").value)
+        set_field("compression", choice(Compression, self.compression or "none", "compression").value)
+        set_field("on_error", choice(OnError, self.on_error, "on_error").value)
+        set_field("check", choice(ImageCheck, self.check, "check").value)
         if self.workers is None:
             set_field("workers", _default_workers())
-        _require(self.shard_size >= 1, "shard_size", self.shard_size, "a positive number of bytes")
-        _require(self.shards is None or self.shards >= 1, "shards", self.shards, "at least 1")
-        _require(0.0 <= self.val_fraction < 1.0, "val_fraction", self.val_fraction,
+        require(self.shard_size >= 1, "shard_size", self.shard_size, "a positive number of bytes")
+        require(self.shards is None or self.shards >= 1, "shards", self.shards, "at least 1")
+        require(0.0 <= self.val_fraction < 1.0, "val_fraction", self.val_fraction,
                  "a fraction in [0, 1), e.g. 0.1")
-        _require(self.workers >= 1, "workers", self.workers, "at least 1")
-        _require(self.max_size is None or self.max_size >= 8, "max_size", self.max_size,
+        require(self.workers >= 1, "workers", self.workers, "at least 1")
+        require(self.max_size is None or self.max_size >= 8, "max_size", self.max_size,
                  "at least 8 pixels, e.g. 320 for 224-px training crops")
-        _require(1 <= self.quality <= 100, "quality", self.quality, "1 to 100")
+        require(1 <= self.quality <= 100, "quality", self.quality, "1 to 100")
         if self.overwrite and self.resume:
             raise InvalidArgumentError("overwrite and resume exclude each other: choose one")
 
@@ -159,19 +160,6 @@ class ConvertOptions:
         for run_only in ("workers", "overwrite", "resume"):
             data.pop(run_only)
         return data
-
-
-def _choice(enum_type, value, name):
-    try:
-        return enum_type(str(value).lower())
-    except ValueError:
-        allowed = ", ".join(member.value for member in enum_type)
-        raise InvalidArgumentError(f"{name}={value!r} is not one of: {allowed}") from None
-
-
-def _require(condition: bool, name: str, value, expected: str) -> None:
-    if not condition:
-        raise InvalidArgumentError(f"{name}={value!r}: expected {expected}")
 
 
 @dataclasses.dataclass(frozen=True)
