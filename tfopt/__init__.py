@@ -59,6 +59,11 @@ _LAZY_EXPORTS = {
     "AccumulationPlan": "tfopt.train.accumulation",
     "make_optimizer": "tfopt.train.accumulation",
     "UpdateStepSchedule": "tfopt.train.accumulation",
+    # train: batch size by experiment
+    "find_batch_size": "tfopt.train.batch_size",
+    "throughput_sweep": "tfopt.train.batch_size",
+    "BatchSizeResult": "tfopt.train.batch_size",
+    "SweepResult": "tfopt.train.batch_size",
     # train: callbacks and backups
     "ThroughputCallback": "tfopt.train.callbacks",
     "InputStallCallback": "tfopt.train.callbacks",

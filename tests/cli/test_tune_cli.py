@@ -102,3 +102,12 @@ def test_sweep_on_shards(tmp_path):
 
 def test_module_exposes_the_group():
     assert COMMANDS == [tune] and "batch-size" in tune.commands
+
+
+def test_a_bad_model_spec_is_one_line_and_exit_code_1_through_the_main_cli():
+    from tfopt.cli import cli
+
+    result = CliRunner().invoke(cli, ["tune", "batch-size", "--model", "no_such_module_x:build"])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines()[-1].startswith("tfopt: error: ")
+    assert "no_such_module_x" in result.output
