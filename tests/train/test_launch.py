@@ -1,0 +1,249 @@
+"""tfopt launch with real worker processes: short Python one-liners, not TensorFlow."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from tfopt.cli.launch import launch
+from tfopt.errors import InvalidArgumentError
+from tfopt.train.launch import (
+    cluster_tf_configs,
+    free_ports,
+    launch_workers,
+    parse_hosts,
+    tf_config,
+)
+
+PY = sys.executable
+
+# Each worker reads its own TF_CONFIG; INDEX and CONFIG are ready for the snippet after it.
+PRELUDE = "import json, os, sys, time; CONFIG = json.loads(os.environ['TF_CONFIG']); " \
+          "INDEX = CONFIG['task']['index']; "
+
+
+def worker(code: str) -> list[str]:
+    return [PY, "-c", PRELUDE + code]
+
+
+def run(args):
+    # CliRunner mixes stderr into output; the launcher's own messages go there too
+    return CliRunner().invoke(launch, args, catch_exceptions=False)
+
+
+def lines_of(worker_index: int, output: str) -> list[str]:
+    prefix = f"[worker {worker_index}] "
+    return [line[len(prefix):] for line in output.splitlines() if line.startswith(prefix)]
+
+
+def is_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return any(line.split()[1] == "Z" for line in status if line.startswith("State:"))
+    except FileNotFoundError:
+        return True
+
+
+# -- TF_CONFIG --------------------------------------------------------------------------------
+
+
+def test_free_ports_are_distinct_and_bindable():
+    ports = free_ports(4)
+    assert len(set(ports)) == 4 and all(0 < port < 65536 for port in ports)
+
+
+def test_tf_config_names_the_cluster_and_the_task():
+    config = tf_config(["localhost:1", "localhost:2"], 1)
+    assert config == {"cluster": {"worker": ["localhost:1", "localhost:2"]},
+                      "task": {"type": "worker", "index": 1}}
+    with pytest.raises(InvalidArgumentError, match="index=2"):
+        tf_config(["localhost:1", "localhost:2"], 2)
+
+
+def test_parse_hosts_checks_each_address():
+    assert parse_hosts(" a:1, [::1]:2222 ") == ["a:1", "[::1]:2222"]
+    for bad in ("node1", "node1:0", "node1:70000", ":2222", "", "a:1,a:1"):
+        with pytest.raises(InvalidArgumentError, match="hosts"):
+            parse_hosts(bad)
+
+
+def test_cluster_tf_configs_for_hosts_and_for_local_ports():
+    configs = cluster_tf_configs(hosts="node1:2222,node2:2222,node3:2222")
+    assert [c["task"]["index"] for c in configs] == [0, 1, 2]
+    assert all(c["cluster"]["worker"] == ["node1:2222", "node2:2222", "node3:2222"]
+               for c in configs)
+    local = cluster_tf_configs(workers=2)[0]["cluster"]["worker"]
+    assert all(address.startswith("localhost:") for address in local)
+    with pytest.raises(InvalidArgumentError, match="number of hosts"):
+        cluster_tf_configs(workers=3, hosts="node1:2222,node2:2222")
+
+
+def test_print_tf_config_prints_one_json_object_per_worker():
+    result = run(["--print-tf-config", "--hosts", "node1:2222,node2:2223"])
+    assert result.exit_code == 0
+    configs = [json.loads(line) for line in result.output.splitlines()]
+    assert [c["task"] for c in configs] == [{"type": "worker", "index": 0},
+                                            {"type": "worker", "index": 1}]
+    assert configs[0]["cluster"] == configs[1]["cluster"] == {
+        "worker": ["node1:2222", "node2:2223"]}
+
+    local = run(["--print-tf-config", "-n", "3"])
+    configs = [json.loads(line) for line in local.output.splitlines()]
+    assert len(configs) == 3 and len(set(configs[0]["cluster"]["worker"])) == 3
+    assert all(a.startswith("localhost:") for a in configs[0]["cluster"]["worker"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--print-tf-config"], "needs -n"),
+    (["--print-tf-config", "-n", "2", "python", "x.py"], "starts nothing"),
+    (["--hosts", "a:1,b:2", "python", "x.py"], "local workers only"),
+    (["-n", "2"], "give the command"),
+    (["python", "x.py"], "number of workers"),
+    (["-n", "0", "python", "x.py"], "0"),
+])
+def test_usage_errors(args, message):
+    result = CliRunner().invoke(launch, args)
+    assert result.exit_code == 2 and message in result.output
+
+
+def test_launch_does_not_import_tensorflow():
+    code = ("import sys; from click.testing import CliRunner; from tfopt.cli.launch import "
+            "launch; r = CliRunner().invoke(launch, ['-n', '1', sys.executable, '-c', 'pass']);"
+            " assert r.exit_code == 0, r.output; assert 'tensorflow' not in sys.modules")
+    subprocess.run([PY, "-c", code], check=True, timeout=60)
+
+
+# -- real workers ---------------------------------------------------------------------------
+
+
+def test_each_worker_gets_its_index_and_the_same_cluster_and_prefixed_output():
+    result = run(["-n", "3", "--", *worker(
+        "print(json.dumps(CONFIG)); print('note from', INDEX, file=sys.stderr)")])
+    assert result.exit_code == 0, result.output
+    # stdout and stderr are separate pipes: their lines may interleave either way
+    configs = [json.loads(next(line for line in lines_of(i, result.output)
+                               if line.startswith("{"))) for i in range(3)]
+    assert sorted(c["task"]["index"] for c in configs) == [0, 1, 2]
+    assert [c["task"]["index"] for c in configs] == [0, 1, 2]  # [worker i] is task i
+    clusters = {json.dumps(c["cluster"]) for c in configs}
+    assert len(clusters) == 1
+    addresses = configs[0]["cluster"]["worker"]
+    assert len(set(addresses)) == 3 and all(a.startswith("localhost:") for a in addresses)
+    for index in range(3):
+        assert f"note from {index}" in lines_of(index, result.output)
+
+
+def test_options_after_the_command_belong_to_the_command():
+    result = run(["-n", "1", *worker("print(sys.argv[1:])"), "--epochs", "3", "-n", "7"])
+    assert result.exit_code == 0, result.output
+    assert lines_of(0, result.output) == ["['--epochs', '3', '-n', '7']"]
+
+
+def test_lines_stream_as_printed_not_at_exit():
+    seen = []
+    started = time.monotonic()
+
+    def on_line(index, stream, line):
+        seen.append((line, time.monotonic() - started))
+
+    # no flush in the worker: PYTHONUNBUFFERED must make the line arrive before the sleep ends
+    result = launch_workers(worker("print('early'); time.sleep(2); print('late')"), 1,
+                            on_line=on_line)
+    assert result.exit_code == 0
+    (early, t_early), (late, t_late) = seen
+    assert (early, late) == ("early", "late") and t_late - t_early > 1.5
+
+
+def test_first_failure_stops_the_others_and_sets_the_exit_code(tmp_path):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    code = (f"open(os.path.join({str(pids)!r}, str(INDEX)), 'w').write(str(os.getpid())); "
+            "print('ready', flush=True); "
+            "time.sleep(0.5) if INDEX == 1 else time.sleep(60); sys.exit(3)")
+    started = time.monotonic()
+    result = run(["-n", "2", "--grace", "5", *worker(code)])
+    elapsed = time.monotonic() - started
+    assert result.exit_code == 3, result.output
+    assert "worker 1 failed with exit code 3" in result.output
+    assert elapsed < 10  # the sleeping worker was terminated, not waited for (60 s)
+    assert all(is_gone(int((pids / name).read_text())) for name in ("0", "1"))
+
+
+def test_a_worker_that_ignores_sigterm_is_killed_after_the_grace_period():
+    code = ("import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('ready', flush=True); time.sleep(0.3 if INDEX else 60); sys.exit(INDEX * 5)")
+    started = time.monotonic()
+    result = launch_workers(worker(code), 2, grace_seconds=1)
+    assert (result.exit_code, result.failed_worker) == (5, 1)
+    assert time.monotonic() - started < 8
+
+
+def test_a_worker_killed_by_a_signal_exits_128_plus_the_signal():
+    result = launch_workers(worker("os.kill(os.getpid(), 9) if INDEX else None"), 2)
+    assert (result.exit_code, result.failed_worker) == (128 + 9, 1)
+
+
+def test_a_port_clash_relaunches_on_new_ports(tmp_path):
+    marker = tmp_path / "first-attempt-done"
+    # the first launch fails as a TensorFlow server does when its port is taken
+    code = (f"m = {str(marker)!r}; "
+            "first = not os.path.exists(m); "
+            "open(m, 'a').close() if INDEX == 0 else time.sleep(0.2); "
+            "print('Could not start gRPC server: Address already in use', file=sys.stderr) "
+            "if first and INDEX == 0 else None; "
+            "sys.exit(1 if first and INDEX == 0 else 0)")
+    lines = []
+    result = launch_workers(worker(code), 2, on_line=lambda i, s, line: lines.append(line),
+                            grace_seconds=2)
+    assert (result.exit_code, result.attempts) == (0, 2)
+    assert any("Address already in use" in line for line in lines)
+
+
+def test_a_port_clash_on_the_last_attempt_is_a_failure():
+    code = "print('Address already in use', file=sys.stderr); sys.exit(1)"
+    result = launch_workers(worker(code), 1, attempts=2)
+    assert (result.exit_code, result.attempts) == (1, 2)
+
+
+def test_a_missing_program_is_a_clear_error():
+    with pytest.raises(InvalidArgumentError, match="cannot start"):
+        launch_workers(["no-such-program-tfopt"], 2)
+
+
+LAUNCHER = textwrap.dedent("""
+    import signal, sys
+    # a background job starts with SIGINT ignored, and the launcher keeps an ignored SIGINT
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    from tfopt.cli.launch import launch
+    launch(sys.argv[1:], prog_name="tfopt launch")
+""")
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_stops_every_worker_and_exits_128_plus_the_signal(tmp_path, signum, code):
+    # the worker reports its pid and waits; on SIGINT Python raises KeyboardInterrupt
+    body = "print('pid', os.getpid(), flush=True); time.sleep(60)"
+    launcher = subprocess.Popen([PY, "-c", LAUNCHER, "-n", "2", "--grace", "5", *worker(body)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pids = {}
+        deadline = time.monotonic() + 30
+        while len(pids) < 2 and time.monotonic() < deadline:
+            line = launcher.stdout.readline()
+            if line.startswith("[worker") and " pid " in line:
+                pids[line.split("]")[0]] = int(line.split()[-1])
+        assert len(pids) == 2, launcher.stderr.read()
+        launcher.send_signal(signum)
+        assert launcher.wait(timeout=15) == code
+        assert all(is_gone(pid) for pid in pids.values())
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()

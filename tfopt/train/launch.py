@@ -1,0 +1,456 @@
+"""A local multi-worker launcher: what torchrun is to PyTorch, for ``tf.distribute``.
+
+:func:`launch_workers` starts N copies of a command on this machine, each with a ``TF_CONFIG``
+naming all N workers on free localhost ports and its own task index, streams their output line
+by line to a callback, and ends the job as a whole: the first worker to fail stops the others
+and its exit code is the job's; SIGINT/SIGTERM to the launcher are forwarded to every worker.
+:func:`cluster_tf_configs` builds the per-worker ``TF_CONFIG`` of a real cluster without
+starting anything.
+
+This module does not import TensorFlow: the launcher only starts processes.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from tfopt._validate import require
+from tfopt.errors import InvalidArgumentError
+
+logger = logging.getLogger("tfopt")
+
+LOCALHOST = "localhost"
+
+# Seconds a stopped worker gets to exit after SIGTERM/SIGINT before SIGKILL: enough for a
+# Python worker to unwind and flush, short enough that a failed job ends promptly.
+DEFAULT_GRACE_SECONDS = 10.0
+
+# Launch attempts when a worker cannot bind its port: the port found free can be taken by
+# another process before the worker binds it (a race no reservation closes, since the worker
+# is a separate process).
+DEFAULT_ATTEMPTS = 3
+
+# Lines of each worker's output kept to recognise a port clash after it exits.
+_TAIL_LINES = 50
+
+# What gRPC and Python print when a port is taken (TensorFlow's server start-up goes through
+# gRPC: "Address already in use", "Failed to add port to server", "Could not start gRPC server").
+_PORT_CLASH = re.compile(
+    r"address already in use|errno 98|failed to add port|could not start grpc server|"
+    r"unable to bind|failed to bind", re.IGNORECASE)
+
+# How often, in seconds, the launcher checks for exited workers while no output arrives.
+_POLL_SECONDS = 0.05
+
+# A worker killed by signal N reports -N; shells and this launcher report 128 + N.
+_SIGNAL_EXIT_BASE = 128
+
+OnLine = Callable[[int, str, str], None]
+
+
+def parse_hosts(hosts: str | Sequence[str]) -> list[str]:
+    """``["host1:2222", "host2:2222"]`` from ``"host1:2222,host2:2222"`` (or a list), checked.
+
+    Args:
+        hosts: Comma-separated ``host:port`` addresses, or a list of them; IPv6 hosts in
+            brackets (``[::1]:2222``).
+
+    Raises:
+        InvalidArgumentError: An address without a port, a port outside 1-65535, an empty
+            list, or the same address twice.
+
+    Example:
+        >>> parse_hosts("10.0.0.1:2222,10.0.0.2:2222")
+        ['10.0.0.1:2222', '10.0.0.2:2222']
+    """
+    items = hosts.split(",") if isinstance(hosts, str) else list(hosts)
+    addresses = [item.strip() for item in items if item.strip()]
+    require(bool(addresses), "hosts", hosts, "one or more host:port addresses, comma-separated")
+    for address in addresses:
+        host, _, port = address.rpartition(":")
+        valid = bool(host) and port.isdigit() and 1 <= int(port) <= 65535
+        require(valid, "hosts", address,
+                "host:port with a port from 1 to 65535, e.g. worker0.example.com:2222")
+    duplicates = sorted({a for a in addresses if addresses.count(a) > 1})
+    require(not duplicates, "hosts", ",".join(duplicates), "each address once")
+    return addresses
+
+
+def free_ports(count: int, host: str = LOCALHOST) -> list[int]:
+    """``count`` distinct TCP ports free on ``host`` now.
+
+    Each comes from binding a socket to port 0 (the kernel picks a free one); all sockets stay
+    open until every port is found, so the ports differ. They are free when returned, not
+    reserved: :func:`launch_workers` retries when a worker finds its port taken.
+
+    Args:
+        count: How many ports.
+        host: The address to bind. Defaults to "localhost".
+
+    Raises:
+        InvalidArgumentError: ``count`` < 1.
+
+    Example:
+        >>> free_ports(2)
+        [41263, 37811]
+    """
+    require(isinstance(count, int) and count >= 1, "count", count, "an integer >= 1")
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind((host, 0))
+            ports.append(sock.getsockname()[1])
+    return ports
+
+
+def tf_config(workers: Sequence[str], index: int, task_type: str = "worker") -> dict:
+    """The ``TF_CONFIG`` of task ``index`` in a cluster of ``workers``.
+
+    Args:
+        workers: Every worker's ``host:port``, in task order.
+        index: This task's position in ``workers``.
+        task_type: The task type. Defaults to "worker" (worker 0 is the chief under
+            ``MultiWorkerMirroredStrategy``).
+
+    Raises:
+        InvalidArgumentError: ``index`` is outside ``workers``.
+
+    Example:
+        >>> tf_config(["localhost:2222", "localhost:2223"], 1)
+        {'cluster': {'worker': ['localhost:2222', 'localhost:2223']}, 'task': {'type': 'worker', 'index': 1}}
+    """
+    require(isinstance(index, int) and 0 <= index < len(workers), "index", index,
+            f"a task index from 0 to {len(workers) - 1}")
+    return {"cluster": {task_type: list(workers)}, "task": {"type": task_type, "index": index}}
+
+
+def cluster_tf_configs(workers: int | None = None, hosts: str | Sequence[str] | None = None,
+                       host: str = LOCALHOST) -> list[dict]:
+    """The ``TF_CONFIG`` of every worker of a cluster, without starting anything.
+
+    Give ``hosts`` for a real cluster (one address per worker), or ``workers`` for that many
+    free ports on ``host``.
+
+    Args:
+        workers: Worker count; must equal the number of ``hosts`` when both are given.
+            Defaults to None (the number of ``hosts``).
+        hosts: ``host:port`` addresses, comma-separated or a list. Defaults to None (free
+            ports on ``host``).
+        host: The host of found ports. Defaults to "localhost" (servers bind to localhost
+            unless addresses are given).
+
+    Raises:
+        InvalidArgumentError: Neither ``workers`` nor ``hosts``, a bad address, or a count that
+            does not match ``hosts``.
+
+    Example:
+        >>> for config in cluster_tf_configs(hosts="node1:2222,node2:2222"):
+        ...     print(json.dumps(config))
+    """
+    if hosts is not None:
+        addresses = parse_hosts(hosts)
+        require(workers is None or workers == len(addresses), "workers", workers,
+                f"the number of hosts ({len(addresses)}) or nothing")
+    else:
+        require(isinstance(workers, int) and workers >= 1, "workers", workers,
+                "an integer >= 1 (or hosts)")
+        addresses = [f"{host}:{port}" for port in free_ports(workers, host)]
+    return [tf_config(addresses, index) for index in range(len(addresses))]
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchResult:
+    """How a launched job ended.
+
+    Attributes:
+        exit_code: 0 when every worker succeeded; else the first failing worker's code (128 + N
+            for a worker killed by signal N), or 128 + N when the launcher got signal N.
+        failed_worker: Index of the first worker that failed; None when none failed first.
+        signal: The signal (SIGINT/SIGTERM) that stopped the job; None otherwise.
+        attempts: Launch attempts made (more than one after a port clash).
+        workers: The worker addresses of the last attempt.
+    """
+
+    exit_code: int
+    failed_worker: int | None
+    signal: int | None
+    attempts: int
+    workers: tuple[str, ...]
+
+    def describe(self) -> str:
+        """One line: how the job ended."""
+        if self.signal is not None:
+            return (f"stopped by {signal.Signals(self.signal).name}; exit code "
+                    f"{self.exit_code}")
+        if self.failed_worker is not None:
+            return (f"worker {self.failed_worker} failed with exit code {self.exit_code}; "
+                    "the other workers were stopped")
+        return f"all {len(self.workers)} workers finished"
+
+
+class _PortClash(Exception):
+    pass
+
+
+def _exit_code(returncode: int) -> int:
+    return _SIGNAL_EXIT_BASE - returncode if returncode < 0 else returncode
+
+
+def _parent_death_signal():
+    """A function for the worker to run before exec: die with SIGTERM if the launcher dies
+    (even by SIGKILL), so that no worker is left waiting for its peers forever. None where
+    there is no ``prctl`` (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    term = int(signal.SIGTERM)
+    # looked up here, in the launcher: the child between fork and exec must not import
+    return lambda: prctl(1, term)  # 1 = PR_SET_PDEATHSIG
+
+
+def _read_lines(pipe, worker: int, stream: str, lines: queue.Queue) -> None:
+    with pipe:
+        for raw in iter(pipe.readline, b""):
+            lines.put((worker, stream, raw.decode("utf-8", errors="replace").rstrip("\r\n")))
+    lines.put((worker, stream, None))  # end of this stream
+
+
+class _Job:
+    """One attempt: N worker processes, their output readers, and their shutdown."""
+
+    def __init__(self, command, addresses, env, on_line: OnLine, grace: float):
+        self.addresses = addresses
+        self.on_line = on_line
+        self.grace = grace
+        self.lines: queue.Queue = queue.Queue()
+        self.tails = [collections.deque(maxlen=_TAIL_LINES) for _ in addresses]
+        self.open_streams = [0] * len(addresses)  # per worker: its pipes not yet at EOF
+        self.processes: list[subprocess.Popen] = []
+        before_exec = _parent_death_signal()
+        try:
+            for index in range(len(addresses)):
+                worker_env = dict(env)
+                worker_env["TF_CONFIG"] = json.dumps(tf_config(addresses, index))
+                # Python block-buffers a pipe: without this a worker's lines would arrive
+                # only when its buffer fills or it exits
+                worker_env.setdefault("PYTHONUNBUFFERED", "1")
+                process = subprocess.Popen(
+                    list(command), env=worker_env, stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    # its own process group: signals reach the worker's children too, and a
+                    # terminal's Ctrl-C reaches the launcher alone, which forwards it once
+                    start_new_session=True,
+                    preexec_fn=before_exec)
+                self.processes.append(process)
+                for stream, pipe in (("stdout", process.stdout), ("stderr", process.stderr)):
+                    threading.Thread(target=_read_lines, args=(pipe, index, stream, self.lines),
+                                     daemon=True).start()
+                    self.open_streams[index] += 1
+        except OSError as error:
+            self.stop(signal.SIGKILL)
+            raise InvalidArgumentError(
+                f"command={list(command)!r}: cannot start it ({error.strerror or error}). "
+                "Hint: give the program and its arguments, e.g. python train.py") from None
+
+    def pump(self, timeout: float) -> None:
+        """Hand the output that arrives within ``timeout`` seconds to ``on_line``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                item = self.lines.get(timeout=max(remaining, 0)) if remaining > 0 \
+                    else self.lines.get_nowait()
+            except queue.Empty:
+                return
+            worker, stream, line = item
+            if line is None:
+                self.open_streams[worker] -= 1
+                continue
+            self.tails[worker].append(line)
+            self.on_line(worker, stream, line)
+
+    def send(self, signum: int, only_running: bool = True) -> None:
+        for process in self.processes:
+            if only_running and process.poll() is not None:
+                continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signum)
+
+    def wait_all(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.pump(_POLL_SECONDS)
+            if all(process.poll() is not None for process in self.processes):
+                return True
+        return all(process.poll() is not None for process in self.processes)
+
+    def stop(self, signum: int = signal.SIGTERM) -> None:
+        """Send ``signum`` to every running worker, then SIGKILL after the grace period."""
+        self.send(signum)
+        if signum != signal.SIGKILL and self.wait_all(self.grace):
+            return
+        self.send(signal.SIGKILL)
+        for process in self.processes:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=5)
+
+    def finish_output(self, worker: int | None = None) -> None:
+        """Hand on what the workers (or one ``worker``) printed last, up to their pipes' end."""
+        workers = range(len(self.processes)) if worker is None else [worker]
+        deadline = time.monotonic() + 5  # a worker's child may hold a pipe open: don't hang
+        while (any(self.open_streams[index] > 0 for index in workers)
+               and time.monotonic() < deadline):
+            self.pump(_POLL_SECONDS)
+        self.pump(0)
+
+
+@contextlib.contextmanager
+def _forwarded_signals(received: list):
+    """Record SIGINT/SIGTERM in ``received`` instead of dying; restore the handlers after.
+
+    A SIGINT that is ignored on entry (a background job of a non-interactive shell) stays
+    ignored. Only the main thread may set handlers; elsewhere nothing is forwarded.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {}
+
+    def handler(signum, frame):
+        received.append(signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        current = signal.getsignal(signum)
+        if current == signal.SIG_IGN:
+            continue
+        saved[signum] = current
+        signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, previous in saved.items():
+            signal.signal(signum, previous)
+
+
+def _run_attempt(job: _Job, received: list, may_retry: bool) -> LaunchResult | None:
+    failed = None
+    while True:
+        job.pump(_POLL_SECONDS)
+        if received:
+            signum = received[0]
+            logger.info("got %s: stopping the workers", signal.Signals(signum).name)
+            # forward the signal itself: a Python worker turns SIGINT into KeyboardInterrupt
+            # and can unwind (save, close files) before it exits
+            job.send(signum)
+            deadline = time.monotonic() + job.grace
+            while (time.monotonic() < deadline and len(received) == 1
+                   and any(process.poll() is None for process in job.processes)):
+                job.pump(_POLL_SECONDS)
+            # after the grace period, or at a second Ctrl-C: no more waiting
+            job.stop(signal.SIGKILL)
+            job.finish_output()
+            return LaunchResult(_SIGNAL_EXIT_BASE + received[0], None, received[0], 0,
+                                tuple(job.addresses))
+        codes = [process.poll() for process in job.processes]
+        for index, code in enumerate(codes):
+            if code not in (None, 0):
+                failed = index
+                break
+        if failed is not None:
+            code = codes[failed]
+            job.finish_output(failed)  # its last lines: the error, and a port clash's sign
+            if may_retry and any(_PORT_CLASH.search(line) for line in job.tails[failed]):
+                job.stop(signal.SIGTERM)
+                job.finish_output()
+                raise _PortClash()
+            logger.info("worker %d exited with code %d: stopping the others",
+                        failed, _exit_code(code))
+            job.stop(signal.SIGTERM)
+            job.finish_output()
+            return LaunchResult(_exit_code(code), failed, None, 0, tuple(job.addresses))
+        if all(code == 0 for code in codes):
+            job.finish_output()
+            return LaunchResult(0, None, None, 0, tuple(job.addresses))
+
+
+def launch_workers(command: Sequence[str], workers: int, *, on_line: OnLine | None = None,
+                   host: str = LOCALHOST, env: Mapping[str, str] | None = None,
+                   grace_seconds: float = DEFAULT_GRACE_SECONDS,
+                   attempts: int = DEFAULT_ATTEMPTS) -> LaunchResult:
+    """Run ``command`` as ``workers`` local worker processes of one ``TF_CONFIG`` cluster.
+
+    Worker ``i`` gets ``TF_CONFIG={"cluster": {"worker": [host:P0, ...]}, "task": {"type":
+    "worker", "index": i}}`` with free ports on ``host``, and ``PYTHONUNBUFFERED=1`` so that
+    its lines arrive as printed. Each line a worker writes is passed to ``on_line(index,
+    "stdout" | "stderr", line)`` in the calling thread. The job ends when every worker has
+    exited 0, or at the first failure: the other workers get SIGTERM, then SIGKILL after
+    ``grace_seconds``. SIGINT or SIGTERM sent to the launcher goes to every worker the same
+    way (a second one kills them at once). When a worker fails because its port was taken
+    (gRPC's "Address already in use"), the whole job restarts on new ports, up to
+    ``attempts`` times.
+
+    Args:
+        command: The program and its arguments, e.g. ``["python", "train.py"]``.
+        workers: How many worker processes.
+        on_line: Called with each output line. Defaults to None (output is dropped).
+        host: The address the workers' servers bind to. Defaults to "localhost".
+        env: The workers' environment. Defaults to None (this process's environment).
+        grace_seconds: Seconds a stopped worker gets before SIGKILL. Defaults to 10.0.
+        attempts: Launches tried when a port is taken. Defaults to 3.
+
+    Returns:
+        A :class:`LaunchResult`; its ``exit_code`` is the job's.
+
+    Raises:
+        InvalidArgumentError: An empty command, ``workers`` < 1, or a command that cannot be
+            started (not found, not executable).
+
+    Example:
+        >>> result = launch_workers(["python", "train.py"], 2,
+        ...                         on_line=lambda i, stream, line: print(f"[worker {i}] {line}"))
+        >>> sys.exit(result.exit_code)
+    """
+    require(bool(command), "command", command, "a program and its arguments, e.g. python train.py")
+    require(isinstance(workers, int) and workers >= 1, "workers", workers, "an integer >= 1")
+    require(grace_seconds >= 0, "grace_seconds", grace_seconds, "a number >= 0")
+    require(isinstance(attempts, int) and attempts >= 1, "attempts", attempts, "an integer >= 1")
+    on_line = on_line or (lambda worker, stream, line: None)
+    env = dict(os.environ if env is None else env)
+    received: list[int] = []
+    with _forwarded_signals(received):
+        for attempt in range(1, attempts + 1):
+            addresses = [f"{host}:{port}" for port in free_ports(workers, host)]
+            logger.info("launch attempt %d: %d workers on %s", attempt, workers,
+                        ", ".join(addresses))
+            job = _Job(command, addresses, env, on_line, grace_seconds)
+            try:
+                result = _run_attempt(job, received, may_retry=attempt < attempts)
+            except _PortClash:
+                logger.warning("a worker could not bind its port; relaunching on new ports "
+                               "(attempt %d of %d)", attempt + 1, attempts)
+                continue
+            except BaseException:
+                job.stop(signal.SIGKILL)  # never leave workers behind
+                raise
+            return dataclasses.replace(result, attempts=attempt)
+    raise AssertionError("unreachable: the last attempt returns")

@@ -1,0 +1,558 @@
+"""The distribution strategy for this machine or cluster: pick it, build it, say why.
+
+:func:`select_strategy` = :func:`plan_strategy` (a pure decision from the devices and the
+cluster it sees) + a builder per kind. The "auto" rules, first match wins:
+
+1. A TPU (a ``TPUClusterResolver`` passed as ``cluster``, ``TPU_NAME`` or ``COLAB_TPU_ADDR`` in
+   the environment, or TPU devices in the device list) -> ``TPUStrategy``.
+2. A cluster of several workers -> ``MultiWorkerMirroredStrategy``: ``TF_CONFIG`` naming more
+   than one worker/chief task, else a Slurm job step of several tasks (``SLURM_NTASKS`` > 1
+   with ``SLURM_JOB_NODELIST``, read through ``SlurmClusterResolver``). This is decided before
+   the local devices are listed: the Slurm resolver hands each task its GPUs through
+   ``CUDA_VISIBLE_DEVICES``, which works only before TensorFlow initialises CUDA.
+3. Several local GPUs -> ``MirroredStrategy`` with NCCL all-reduce, or
+   ``HierarchicalCopyAllReduce`` where NCCL is not available (see :func:`nccl_available`).
+4. One GPU -> ``OneDeviceStrategy("/gpu:0")``.
+5. CPU only -> the default strategy, ``tf.distribute.get_strategy()``: a strategy over several
+   logical CPU devices of one machine adds copies and an all-reduce but no compute.
+
+A name other than "auto" overrides the rules. Every result holds a real strategy object, so
+``with choice.strategy.scope():`` always works.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import logging
+import os
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tfopt._tf import import_tensorflow
+from tfopt._validate import choice, require
+from tfopt.errors import InvalidArgumentError
+
+logger = logging.getLogger("tfopt")
+
+
+class StrategyKind(str, enum.Enum):
+    """The strategy names :func:`select_strategy` accepts."""
+
+    AUTO = "auto"
+    DEFAULT = "default"
+    ONE_DEVICE = "one_device"
+    MIRRORED = "mirrored"
+    MULTI_WORKER = "multi_worker"
+    TPU = "tpu"
+
+
+STRATEGY_NAMES = tuple(kind.value for kind in StrategyKind)
+
+# TF_CONFIG task types that run the model (and so hold replicas) under MultiWorkerMirrored.
+_REPLICA_TASKS = ("chief", "worker")
+
+# Environment variables that name a TPU: Cloud TPU nodes set TPU_NAME, Colab COLAB_TPU_ADDR.
+_TPU_ENV = ("TPU_NAME", "COLAB_TPU_ADDR")
+
+
+@dataclasses.dataclass(frozen=True)
+class StrategyPlan:
+    """What :func:`plan_strategy` decided, before anything is built.
+
+    Attributes:
+        kind: The strategy to build; never ``StrategyKind.AUTO``.
+        reason: One line naming the fact behind the choice.
+        devices: The devices the strategy runs on, e.g. ``("/gpu:0", "/gpu:1")``; empty for the
+            default, multi-worker and TPU strategies, which find their own devices.
+        all_reduce: The cross-device all-reduce of a mirrored plan: "nccl",
+            "hierarchical_copy" or "reduction_to_one_device"; None for the other kinds.
+        cluster_source: Where a multi-worker or TPU cluster came from: "tf_config", "slurm",
+            "resolver", "environment", "devices" or "local"; None for single-machine plans.
+    """
+
+    kind: StrategyKind
+    reason: str
+    devices: tuple[str, ...] = ()
+    all_reduce: str | None = None
+    cluster_source: str | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.kind, StrategyKind):
+            object.__setattr__(self, "kind", choice(StrategyKind, self.kind, "kind"))
+        require(self.kind is not StrategyKind.AUTO, "kind", self.kind.value,
+                "a concrete strategy, not 'auto'")
+        object.__setattr__(self, "devices", tuple(self.devices))
+
+
+@dataclasses.dataclass(frozen=True)
+class StrategyChoice:
+    """The distribution strategy chosen for this machine or cluster, and why.
+
+    Attributes:
+        strategy: The ``tf.distribute.Strategy`` itself; never None.
+        name: The kind that was built: "default", "one_device", "mirrored", "multi_worker" or
+            "tpu" (never "auto").
+        reason: One line naming the fact behind the choice.
+        replicas: ``strategy.num_replicas_in_sync``: model copies that each take a per-replica
+            batch per step, over all workers.
+        devices: The local devices of a one-device or mirrored strategy. Defaults to ().
+        all_reduce: The cross-device all-reduce of a mirrored strategy. Defaults to None.
+
+    Example:
+        >>> chosen = select_strategy()
+        >>> with chosen.strategy.scope():
+        ...     model = build_model()
+        >>> model.fit(dataset.batch(chosen.global_batch(64)), epochs=5)
+    """
+
+    strategy: Any
+    name: str
+    reason: str
+    replicas: int
+    devices: tuple[str, ...] = ()
+    all_reduce: str | None = None
+
+    def __post_init__(self):
+        require(self.strategy is not None, "strategy", self.strategy,
+                "a tf.distribute.Strategy, not None")
+        name = self.name if isinstance(self.name, StrategyKind) else choice(
+            StrategyKind, self.name, "name")
+        object.__setattr__(self, "name", name.value)
+        require(self.name != StrategyKind.AUTO.value, "name", self.name, "a concrete strategy")
+        require(isinstance(self.replicas, int) and self.replicas >= 1, "replicas", self.replicas,
+                "an integer >= 1")
+        object.__setattr__(self, "devices", tuple(self.devices))
+
+    def global_batch(self, per_replica_batch: int) -> int:
+        """The batch one step consumes over all replicas: ``per_replica_batch * replicas``.
+
+        Batch the dataset with this size; the strategy splits it into per-replica batches.
+
+        Args:
+            per_replica_batch: Examples each replica computes on per step.
+
+        Raises:
+            InvalidArgumentError: ``per_replica_batch`` is not a positive integer.
+
+        Example:
+            >>> select_strategy("mirrored").global_batch(32)  # on 4 GPUs
+            128
+        """
+        require(isinstance(per_replica_batch, int) and not isinstance(per_replica_batch, bool)
+                and per_replica_batch >= 1, "per_replica_batch", per_replica_batch,
+                "a positive integer (examples per replica per step)")
+        return per_replica_batch * self.replicas
+
+    def replace(self, **changes) -> StrategyChoice:
+        """A copy with ``changes`` applied (and validated)."""
+        return dataclasses.replace(self, **changes)
+
+    def describe(self) -> str:
+        """Several lines: the strategy class, its replicas and devices, and the reason."""
+        public = _PUBLIC_CLASS.get(self.name) or type(self.strategy).__name__
+        lines = [f"strategy     {self.name} ({public})",
+                 f"replicas     {self.replicas}"]
+        if self.devices:
+            lines.append(f"devices      {', '.join(self.devices)}")
+        if self.all_reduce:
+            lines.append(f"all-reduce   {self.all_reduce}")
+        lines.append(f"reason       {self.reason}")
+        return "\n".join(lines)
+
+
+# The tf.distribute names of the strategies whose classes are named otherwise (the
+# multi-worker strategy is a CollectiveAllReduceStrategy, the default a private class).
+_PUBLIC_CLASS = {"default": "tf.distribute.get_strategy()",
+                 "multi_worker": "MultiWorkerMirroredStrategy"}
+
+
+# -- facts ----------------------------------------------------------------------------------
+
+
+def _device_type_and_index(device) -> tuple[str, int]:
+    """("GPU", 1) from "/device:GPU:1", "/physical_device:GPU:1", "/gpu:1", "GPU:1" or a
+    ``tf.config.LogicalDevice``/``PhysicalDevice``."""
+    name = getattr(device, "name", device)
+    require(isinstance(name, str) and ":" in name, "devices", device,
+            "device names such as '/device:GPU:0' or tf.config device objects")
+    parts = name.strip("/").split(":")
+    try:
+        return parts[-2].upper(), int(parts[-1])
+    except (IndexError, ValueError):
+        raise InvalidArgumentError(
+            f"devices: {device!r} is not a device name such as '/device:GPU:0'") from None
+
+
+def _local_devices() -> list[str]:
+    tf = import_tensorflow()
+    # physical devices: TPU VMs list their TPUs here before the TPU system is initialised.
+    # Neither call below initialises the runtime, so logical devices can still be configured
+    # and the GPUs' memory growth set after a plan.
+    found = [device.name for device in tf.config.list_physical_devices()]
+    cpus = tf.config.list_physical_devices("CPU")
+    # a CPU split into logical devices (tests, multi-device code on CPU) counts each one
+    split = tf.config.get_logical_device_configuration(cpus[0]) if cpus else None
+    if split and len(split) > 1:
+        found = [name for name in found if "CPU" not in name.upper()]
+        found += [f"/device:CPU:{index}" for index in range(len(split))]
+    return found
+
+
+def nccl_available(gpu_count: int | None = None) -> bool:
+    """Whether ``MirroredStrategy`` can all-reduce with NCCL on this machine.
+
+    The rule is TensorFlow's own (``cross_device_ops.select_cross_device_ops``): NCCL needs
+    Linux (TensorFlow ships no NCCL for Windows or macOS), a registered ``NcclAllReduce``
+    kernel (CPU-only and ROCm-less builds have none), and whole GPUs (NCCL refuses several
+    logical GPUs split from one physical GPU).
+
+    Args:
+        gpu_count: Logical GPUs the strategy would use; compared with the physical GPUs.
+            Defaults to None (do not compare).
+
+    Example:
+        >>> nccl_available()
+        False
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    tf = import_tensorflow()
+    try:
+        # private, but it is the registry TensorFlow's own choice reads (no public API)
+        from tensorflow.python.framework import kernels
+
+        registered = kernels.get_registered_kernels_for_op("NcclAllReduce").kernel
+    except Exception:  # moved in a later release, or an op unknown to this build
+        return False
+    if not any(kernel.device_type == "GPU" for kernel in registered):
+        return False
+    if gpu_count is not None and gpu_count > len(tf.config.list_physical_devices("GPU")):
+        return False
+    return True
+
+
+def _parse_tf_config(raw) -> dict:
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    try:
+        parsed = json.loads(raw)
+    except ValueError as error:
+        raise InvalidArgumentError(
+            f"TF_CONFIG is not valid JSON ({error}): {raw[:200]!r}; expected "
+            '{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", '
+            '"index": 0}}') from None
+    require(isinstance(parsed, dict), "TF_CONFIG", raw, "a JSON object")
+    return parsed
+
+
+def _cluster_workers(config: dict) -> int:
+    cluster = config.get("cluster", config)  # a bare cluster spec is accepted too
+    require(isinstance(cluster, Mapping), "TF_CONFIG cluster", cluster,
+            "an object mapping task types to lists of 'host:port'")
+    if cluster.get("ps"):
+        raise InvalidArgumentError(
+            f"TF_CONFIG names parameter servers (ps: {cluster['ps']!r}); select_strategy builds "
+            "MultiWorkerMirroredStrategy, which has none. Hint: use "
+            "tf.distribute.ParameterServerStrategy for a ps cluster.")
+    return sum(len(cluster.get(task, []) or []) for task in _REPLICA_TASKS)
+
+
+def _slurm_tasks(environ: Mapping[str, str]) -> int:
+    """Tasks of the current Slurm job step, 0 outside Slurm.
+
+    Inside ``srun`` the step's own count (``SLURM_STEP_NUM_TASKS``) is what the resolver reads;
+    a batch script's step has one task even in a job of many, and must not be taken for a
+    multi-worker cluster.
+    """
+    if not environ.get("SLURM_JOB_NODELIST"):
+        return 0
+    raw = environ.get("SLURM_STEP_NUM_TASKS") or environ.get("SLURM_NTASKS") or "0"
+    try:
+        return int(raw)
+    except ValueError:
+        return 0
+
+
+def _is_tpu_resolver(cluster) -> bool:
+    return type(cluster).__name__ == "TPUClusterResolver"
+
+
+# -- the decision ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Facts:
+    gpus: tuple[str, ...]
+    cpus: tuple[str, ...]
+    tpus: tuple[str, ...]
+
+
+def _facts(devices) -> _Facts:
+    names = _local_devices() if devices is None else list(devices)
+    by_type: dict[str, list[tuple[int, str]]] = {"GPU": [], "CPU": [], "TPU": []}
+    for device in names:
+        kind, index = _device_type_and_index(device)
+        if kind in by_type:
+            by_type[kind].append((index, f"/{kind.lower()}:{index}"))
+    # one name per index: physical and logical listings of one device must not count twice
+    unique = {kind: tuple(name for _, name in sorted(set(found)))
+              for kind, found in by_type.items()}
+    return _Facts(gpus=unique["GPU"], cpus=unique["CPU"] or ("/cpu:0",), tpus=unique["TPU"])
+
+
+def _cluster_fact(cluster, environ) -> tuple[int, str | None]:
+    """(workers, source) of the cluster given or found in the environment."""
+    if cluster is not None and not _is_tpu_resolver(cluster):
+        if hasattr(cluster, "cluster_spec"):  # any tf.distribute.cluster_resolver resolver
+            spec = cluster.cluster_spec().as_dict()
+            return _cluster_workers({"cluster": spec}), "resolver"
+        return _cluster_workers(_parse_tf_config(cluster)), "tf_config"
+    if environ.get("TF_CONFIG"):
+        return _cluster_workers(_parse_tf_config(environ["TF_CONFIG"])), "tf_config"
+    tasks = _slurm_tasks(environ)
+    if tasks:
+        return tasks, "slurm"
+    return 1, None
+
+
+def _tpu_source(cluster, environ, facts: _Facts) -> str | None:
+    if _is_tpu_resolver(cluster):
+        return "resolver"
+    if any(environ.get(name) for name in _TPU_ENV):
+        return "environment"
+    if facts.tpus:
+        return "devices"
+    return None
+
+
+def _mirrored_plan(facts: _Facts, nccl: bool | None, reason: str) -> StrategyPlan:
+    if not facts.gpus:
+        # NCCL and hierarchical copy are GPU all-reduces; CPUs reduce on one device
+        return StrategyPlan(StrategyKind.MIRRORED, reason, facts.cpus, "reduction_to_one_device")
+    if nccl is None:
+        nccl = nccl_available(len(facts.gpus))
+    return StrategyPlan(StrategyKind.MIRRORED,
+                        reason + (", NCCL all-reduce" if nccl
+                                  else "; NCCL not available: hierarchical copy all-reduce"),
+                        facts.gpus, "nccl" if nccl else "hierarchical_copy")
+
+
+def plan_strategy(name: str = "auto", *, devices: Sequence | None = None, cluster=None,
+                  nccl: bool | None = None,
+                  environ: Mapping[str, str] | None = None) -> StrategyPlan:
+    """Decide which strategy :func:`select_strategy` builds, without building it.
+
+    Pure given its arguments: pass ``devices``, ``cluster``, ``nccl`` and ``environ`` to decide
+    for a machine other than this one (tests drive the GPU and TPU branches this way).
+
+    Args:
+        name: "auto" (the rules in this module's docstring) or a strategy name that
+            overrides them. Defaults to "auto".
+        devices: Device names ("/device:GPU:0", "/gpu:1", ...) or ``tf.config`` device
+            objects. Defaults to None (TensorFlow's physical devices, logical CPUs when split).
+        cluster: A ``TF_CONFIG`` dict or JSON string, a ``tf.distribute.cluster_resolver``
+            resolver, or a ``TPUClusterResolver``. Defaults to None (``TF_CONFIG`` or Slurm
+            from ``environ``).
+        nccl: Whether NCCL all-reduce works here. Defaults to None (:func:`nccl_available`).
+        environ: Environment variables to read. Defaults to None (``os.environ``).
+
+    Raises:
+        InvalidArgumentError: An unknown ``name`` (the message lists the valid ones), a
+            malformed ``TF_CONFIG``, a parameter-server cluster, or ``name="tpu"`` where no TPU
+            is found.
+
+    Example:
+        >>> plan_strategy(devices=["/device:CPU:0", "/device:GPU:0", "/device:GPU:1"], nccl=True)
+        StrategyPlan(kind=<StrategyKind.MIRRORED: 'mirrored'>, reason='2 local GPUs, NCCL all-reduce', devices=('/gpu:0', '/gpu:1'), all_reduce='nccl', cluster_source=None)
+    """
+    kind = name if isinstance(name, StrategyKind) else choice(StrategyKind, name, "strategy")
+    environ = os.environ if environ is None else environ
+    return _PLANNERS[kind](devices, cluster, nccl, environ)
+
+
+def _plan_auto(devices, cluster, nccl, environ) -> StrategyPlan:
+    if _is_tpu_resolver(cluster) or any(environ.get(env) for env in _TPU_ENV):
+        return _plan_tpu(devices, cluster, nccl, environ)
+    workers, source = _cluster_fact(cluster, environ)
+    if workers > 1:
+        where = {"tf_config": "TF_CONFIG", "slurm": "the Slurm job step",
+                 "resolver": "the cluster resolver"}[source]
+        return StrategyPlan(StrategyKind.MULTI_WORKER, f"{where} names {workers} workers",
+                            cluster_source=source)
+    facts = _facts(devices)
+    if facts.tpus:
+        return _plan_tpu(devices, cluster, nccl, environ)
+    if len(facts.gpus) > 1:
+        return _mirrored_plan(facts, nccl, f"{len(facts.gpus)} local GPUs")
+    if facts.gpus:
+        return StrategyPlan(StrategyKind.ONE_DEVICE, "one GPU", facts.gpus[:1])
+    return StrategyPlan(StrategyKind.DEFAULT,
+                        "no GPU or TPU: the default strategy (a strategy over CPU devices "
+                        "adds copies, not compute)")
+
+
+def _plan_default(devices, cluster, nccl, environ) -> StrategyPlan:
+    return StrategyPlan(StrategyKind.DEFAULT, "asked for by name")
+
+
+def _plan_one_device(devices, cluster, nccl, environ) -> StrategyPlan:
+    facts = _facts(devices)
+    device = facts.gpus[0] if facts.gpus else facts.cpus[0]
+    return StrategyPlan(StrategyKind.ONE_DEVICE, f"asked for by name, on {device}", (device,))
+
+
+def _plan_mirrored(devices, cluster, nccl, environ) -> StrategyPlan:
+    facts = _facts(devices)
+    local = facts.gpus or facts.cpus
+    return _mirrored_plan(facts, nccl, f"asked for by name, over {len(local)} "
+                          f"{'GPU' if facts.gpus else 'CPU'} device(s)")
+
+
+def _plan_multi_worker(devices, cluster, nccl, environ) -> StrategyPlan:
+    workers, source = _cluster_fact(cluster, environ)
+    where = {"tf_config": "TF_CONFIG", "slurm": "the Slurm job step",
+             "resolver": "the cluster resolver", None: "no TF_CONFIG or Slurm step"}[source]
+    return StrategyPlan(StrategyKind.MULTI_WORKER,
+                        f"asked for by name; {where}: {workers} worker(s)",
+                        cluster_source=source or "local")
+
+
+def _plan_tpu(devices, cluster, nccl, environ) -> StrategyPlan:
+    named = _is_tpu_resolver(cluster) or any(environ.get(env) for env in _TPU_ENV)
+    # a named TPU is remote or not initialised yet: none of its cores is listed here
+    facts = _Facts((), (), ()) if named else _facts(devices)
+    source = _tpu_source(cluster, environ, facts)
+    if source is None:
+        raise InvalidArgumentError(
+            "strategy='tpu': no TPU found (no TPU devices, no TPU_NAME or COLAB_TPU_ADDR, no "
+            "TPUClusterResolver passed as cluster). Hint: pass cluster=tf.distribute."
+            "cluster_resolver.TPUClusterResolver(tpu=...) for a remote TPU.")
+    detail = {"resolver": "the TPUClusterResolver given",
+              "environment": "a TPU named in the environment",
+              "devices": f"{len(facts.tpus)} local TPU cores"}[source]
+    return StrategyPlan(StrategyKind.TPU, detail, facts.tpus, cluster_source=source)
+
+
+_PLANNERS = {
+    StrategyKind.AUTO: _plan_auto,
+    StrategyKind.DEFAULT: _plan_default,
+    StrategyKind.ONE_DEVICE: _plan_one_device,
+    StrategyKind.MIRRORED: _plan_mirrored,
+    StrategyKind.MULTI_WORKER: _plan_multi_worker,
+    StrategyKind.TPU: _plan_tpu,
+}
+
+
+# -- building -------------------------------------------------------------------------------
+
+
+def _build_default(tf, plan, cluster):
+    return tf.distribute.get_strategy()
+
+
+def _build_one_device(tf, plan, cluster):
+    return tf.distribute.OneDeviceStrategy(plan.devices[0])
+
+
+_ALL_REDUCE = {
+    "nccl": lambda tf: tf.distribute.NcclAllReduce(),
+    "hierarchical_copy": lambda tf: tf.distribute.HierarchicalCopyAllReduce(),
+    "reduction_to_one_device": lambda tf: tf.distribute.ReductionToOneDevice(),
+}
+
+
+def _build_mirrored(tf, plan, cluster):
+    return tf.distribute.MirroredStrategy(
+        devices=list(plan.devices), cross_device_ops=_ALL_REDUCE[plan.all_reduce](tf))
+
+
+def _slurm_resolver(tf):
+    kwargs = {}
+    if "CUDA_VISIBLE_DEVICES" not in os.environ and shutil.which("nvidia-smi") is None:
+        # the resolver counts GPUs with nvidia-smi and fails on CPU nodes without it
+        kwargs["gpus_per_node"] = 0
+    return tf.distribute.cluster_resolver.SlurmClusterResolver(**kwargs)
+
+
+def _build_multi_worker(tf, plan, cluster):
+    if plan.cluster_source == "resolver":
+        resolver = cluster
+    elif plan.cluster_source == "slurm":
+        resolver = _slurm_resolver(tf)
+    elif plan.cluster_source == "tf_config" and cluster is not None:
+        # an injected TF_CONFIG: a SimpleClusterResolver holds it without touching os.environ
+        config = _parse_tf_config(cluster)
+        task = config.get("task", {})
+        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+            tf.train.ClusterSpec(config.get("cluster", {})),
+            task_type=task.get("type", "worker"), task_id=int(task.get("index", 0)),
+            rpc_layer="grpc")
+    else:
+        resolver = None  # TensorFlow reads TF_CONFIG itself (or runs as a single worker)
+    # CommunicationOptions AUTO: TensorFlow picks NCCL for GPUs and ring all-reduce for CPUs
+    return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+
+
+def _build_tpu(tf, plan, cluster):
+    if plan.cluster_source == "resolver":
+        resolver = cluster
+    else:
+        # tpu=None reads TPU_NAME/COLAB_TPU_ADDR; "local" is a TPU VM's own chips
+        tpu = None if plan.cluster_source == "environment" else "local"
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
+    if plan.cluster_source != "devices":
+        tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    return tf.distribute.TPUStrategy(resolver)
+
+
+_BUILDERS = {
+    StrategyKind.DEFAULT: _build_default,
+    StrategyKind.ONE_DEVICE: _build_one_device,
+    StrategyKind.MIRRORED: _build_mirrored,
+    StrategyKind.MULTI_WORKER: _build_multi_worker,
+    StrategyKind.TPU: _build_tpu,
+}
+
+
+def select_strategy(name: str = "auto", *, devices: Sequence | None = None,
+                    cluster=None) -> StrategyChoice:
+    """The ``tf.distribute.Strategy`` for this machine or cluster, built, with the reason.
+
+    "auto" follows the rules in this module's docstring: TPU, then several workers
+    (``TF_CONFIG`` or Slurm), then several GPUs (mirrored, NCCL or hierarchical copy), one GPU,
+    and the default strategy on CPU-only machines. Any other name overrides the rules:
+    "default", "one_device" (the first GPU, else the CPU), "mirrored" (all GPUs, else all
+    logical CPUs), "multi_worker" (as ``TF_CONFIG`` or Slurm say, else one worker) and "tpu".
+
+    Args:
+        name: "auto", "default", "one_device", "mirrored", "multi_worker" or "tpu".
+            Defaults to "auto".
+        devices: The devices to decide from (see :func:`plan_strategy`). Defaults to None
+            (what TensorFlow lists).
+        cluster: A ``TF_CONFIG`` dict or JSON string, or a cluster resolver. Defaults to None
+            (``TF_CONFIG``, then Slurm, from the environment).
+
+    Raises:
+        InvalidArgumentError: An unknown ``name`` (the message lists the valid ones), a
+            malformed ``TF_CONFIG``, or ``name="tpu"`` where no TPU is found.
+
+    Example:
+        >>> chosen = select_strategy()
+        >>> print(chosen.describe())
+        >>> with chosen.strategy.scope():
+        ...     model = build_model()
+        >>> dataset = dataset.batch(chosen.global_batch(64))
+    """
+    plan = plan_strategy(name, devices=devices, cluster=cluster)
+    tf = import_tensorflow()
+    strategy = _BUILDERS[plan.kind](tf, plan, cluster)
+    chosen = StrategyChoice(strategy=strategy, name=plan.kind.value, reason=plan.reason,
+                            replicas=int(strategy.num_replicas_in_sync), devices=plan.devices,
+                            all_reduce=plan.all_reduce)
+    logger.info("strategy %s with %d replica(s): %s", chosen.name, chosen.replicas, chosen.reason)
+    return chosen
