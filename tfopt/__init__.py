@@ -72,6 +72,12 @@ _LAZY_EXPORTS = {
     "training_callbacks": "tfopt.train.callbacks",
     "backup_callbacks": "tfopt.train.backup",
     "BestModelCheckpoint": "tfopt.train.backup",
+    # train: distribution
+    "select_strategy": "tfopt.train.strategy",
+    "plan_strategy": "tfopt.train.strategy",
+    "StrategyChoice": "tfopt.train.strategy",
+    "launch_workers": "tfopt.train.launch",
+    "cluster_tf_configs": "tfopt.train.launch",
     # bench
     "BenchSettings": "tfopt.bench.pipeline",
     "run_pipeline_bench": "tfopt.bench.pipeline",
