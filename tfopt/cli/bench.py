@@ -1,4 +1,4 @@
-"""Benchmark commands: ``tfopt bench pipeline``."""
+"""Benchmark commands: ``tfopt bench pipeline``, ``tfopt bench train``."""
 
 from __future__ import annotations
 
@@ -44,6 +44,78 @@ def pipeline(path, batch_size, image_size, training, epochs, repeats, cache, max
     progress = None if quiet else (lambda line: click.echo(line, err=True))
     report = run_pipeline_bench(settings, [m.strip() for m in methods.split(",") if m.strip()],
                                 progress=progress)
+    if as_json:
+        echo_json(report.to_json())
+    else:
+        click.echo(report.describe())
+
+
+def _batch_sizes(ctx, param, value):
+    if not value:
+        return ()
+    try:
+        sizes = tuple(int(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected comma-separated integers such as "
+                                 "32,64,128") from None
+    if not sizes or min(sizes) < 1:
+        raise click.BadParameter(f"{value!r}: expected positive batch sizes such as 32,64,128")
+    return sizes
+
+
+@bench.command("train")
+@click.argument("shards", required=False)
+@click.option("--model", type=click.Choice(["cnn", "mlp"]), default="cnn", show_default=True,
+              help="Built-in model: a small ResNet-style CNN or an MLP.")
+@click.option("--image-size", default=96, show_default=True, help="Training image side, px.")
+@click.option("--batch-size", default=64, show_default=True)
+@click.option("--epochs", default=2, show_default=True, help="Epochs per run, both methods.")
+@click.option("--repeats", default=2, show_default=True, help="Alternating runs per method.")
+@click.option("--batch-sizes", callback=_batch_sizes,
+              help="Comma-separated batch sizes for a tfopt throughput sweep, e.g. 32,64,128.")
+@click.option("--steps-per-execution", type=click.IntRange(min=1),
+              help="tfopt's steps_per_execution [default: tuned by a short trial of 1, 4, 16].")
+@click.option("--max-steps", type=click.IntRange(min=1), help="Cap on steps per epoch.")
+@click.option("--plot", type=click.Path(dir_okay=False),
+              help="Write an SVG chart of the sweep's examples/s against batch size to this "
+                   "file (FILE.svg); without --batch-sizes the sweep is 32,64,128.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+def train(shards, model, image_size, batch_size, epochs, repeats, batch_sizes,
+          steps_per_execution, max_steps, plot, quiet, as_json):
+    """End-to-end fit: default Keras beside tfopt (policy, pipeline, steps_per_execution).
+
+    SHARDS is a dataset from 'tfopt convert' with a validation split; without it a small demo
+    dataset (600 images) is made in a temporary folder first.
+    """
+    needs_tensorflow()
+    import tempfile
+
+    from tfopt.bench.train import (
+        TrainBenchSettings,
+        make_demo_shards,
+        run_train_bench,
+        write_sweep_svg,
+    )
+
+    progress = None if quiet else (lambda line: click.echo(line, err=True))
+    if plot and not batch_sizes:
+        batch_sizes = (32, 64, 128)
+    with tempfile.TemporaryDirectory(prefix="tfopt-bench-train-") as workspace:
+        if shards is None:
+            if progress:
+                progress("making demo data (600 images) ...")
+            shards = make_demo_shards(workspace)
+        settings = TrainBenchSettings(
+            source=shards, model=model, image_size=image_size, batch_size=batch_size,
+            epochs=epochs, repeats=repeats, batch_sizes=batch_sizes,
+            steps_per_execution=steps_per_execution, max_steps=max_steps)
+        report = run_train_bench(settings, progress=progress)
+    if plot:
+        write_sweep_svg(plot, report.sweep, f"tfopt {model} {image_size}px: examples/s by "
+                                            "batch size")
+        if progress:
+            progress(f"plot written to {plot}")
     if as_json:
         echo_json(report.to_json())
     else:

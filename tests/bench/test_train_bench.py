@@ -1,0 +1,172 @@
+"""The training benchmark trains both methods alternately and reports coherent figures."""
+
+from __future__ import annotations
+
+import json
+import math
+import xml.etree.ElementTree as ElementTree
+
+import pytest
+from click.testing import CliRunner
+
+import tfopt
+from tfopt.cli import cli
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    root = tmp_path_factory.mktemp("train-bench")
+    tfopt.make_demo_data(root / "images", count=64, classes=4, min_size=48, max_size=64,
+                         workers=1)
+    tfopt.convert(root / "images", root / "shards", workers=1, shards=2, val_fraction=0.25)
+    return root / "shards"
+
+
+@pytest.fixture
+def float32_policy():
+    import keras
+
+    keras.mixed_precision.set_global_policy("float32")
+    yield
+    keras.mixed_precision.set_global_policy("float32")
+
+
+def test_both_methods_alternate_with_rates_ratios_and_accuracies(shards, float32_policy):
+    import keras
+
+    from tfopt.bench.train import METHODS, TrainBenchSettings, run_train_bench
+
+    lines = []
+    settings = TrainBenchSettings(shards, model="mlp", image_size=32, batch_size=8, epochs=2,
+                                  repeats=2, steps_per_execution=2, policy="mixed_bfloat16")
+    report = run_train_bench(settings, progress=lines.append)
+
+    assert list(report.results) == list(METHODS)
+    runs = [line.split()[2] for line in lines if line.startswith("run ")]
+    assert runs == ["baseline", "tfopt", "baseline", "tfopt"]  # alternating
+    for result in report.results.values():
+        assert len(result.runs) == 2
+        for run in result.runs:
+            assert len(run.epoch_rates) == 2 and all(rate > 0 for rate in run.epoch_rates)
+            assert all(examples > 0 for examples in run.epoch_examples)
+            assert len(run.input_bound_percent) == 2
+            assert 0.0 <= run.val_accuracy <= 1.0
+        assert result.median() > 0 and result.median("first_epoch_rate") > 0
+    assert report.results["baseline"].policy == "float32"
+    assert report.results["baseline"].steps_per_execution == 1
+    assert report.results["tfopt"].policy == "mixed_bfloat16"
+    assert report.results["tfopt"].steps_per_execution == 2
+    assert report.eval_split == "validation"
+
+    data = json.loads(json.dumps(report.to_json()))
+    for what in ("steady_rate", "first_epoch_rate", "overall_rate"):
+        expected = (report.results["tfopt"].median(what)
+                    / report.results["baseline"].median(what))
+        assert data["ratios"][what] == pytest.approx(expected)
+        assert data["methods"]["tfopt"][what]["median"] == pytest.approx(
+            report.results["tfopt"].median(what))
+    assert not math.isnan(data["methods"]["baseline"]["val_accuracy"]["median"])
+    text = report.describe()
+    assert "tfopt/baseline" in text and "validation accuracy" in text
+
+    # the bench set mixed_bfloat16 for tfopt's models only: the global policy is back
+    assert keras.mixed_precision.global_policy().name == "float32"
+
+
+def test_the_policy_is_restored_to_what_it_was(shards, float32_policy):
+    import keras
+
+    from tfopt.bench.train import TrainBenchSettings, run_train_bench
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    settings = TrainBenchSettings(shards, model="mlp", image_size=32, batch_size=16, epochs=1,
+                                  repeats=1, steps_per_execution=1, policy="mixed_bfloat16",
+                                  max_steps=2)
+    report = run_train_bench(settings)
+    assert keras.mixed_precision.global_policy().name == "mixed_float16"
+    # max_steps caps both methods' epochs
+    assert all(run.epoch_examples[0] <= 32 for result in report.results.values()
+               for run in result.runs)
+
+
+def test_steps_per_execution_trial_picks_a_candidate(float32_policy):
+    from tfopt.bench.models import build_model
+    from tfopt.bench.train import tune_steps_per_execution
+
+    chosen, rates = tune_steps_per_execution(lambda: build_model("mlp", 16, 3), batch_size=8,
+                                             image_size=16, classes=3, candidates=(1, 4))
+    assert set(rates) == {1, 4} and all(rate > 0 for rate in rates.values())
+    assert chosen in rates
+    assert rates[chosen] >= 0.97 * max(rates.values())
+
+
+def test_built_in_models_take_uint8_and_give_float32_logits(float32_policy):
+    import numpy as np
+
+    from tfopt.bench.models import build_model
+
+    with tfopt.enable_policy("mixed_bfloat16"):
+        cnn = build_model("cnn", image_size=32, classes=5)
+    batch = np.zeros((2, 32, 32, 3), np.uint8)
+    logits = cnn(batch)
+    assert tuple(logits.shape) == (2, 5) and logits.dtype.name == "float32"
+    assert cnn.get_layer("stage1_a_conv").compute_dtype == "bfloat16"
+    assert tfopt.check_model_precision(cnn) == []
+    mlp = build_model("mlp", image_size=32, classes=3)
+    assert tuple(mlp(batch).shape) == (2, 3)
+    with pytest.raises(tfopt.InvalidArgumentError, match="cnn, mlp"):
+        build_model("vit")
+    with pytest.raises(tfopt.InvalidArgumentError, match="image_size"):
+        build_model("cnn", image_size=8)
+
+
+def test_settings_are_validated():
+    from tfopt.bench.train import TrainBenchSettings
+
+    with pytest.raises(tfopt.InvalidArgumentError, match="epochs=0"):
+        TrainBenchSettings("x", epochs=0)
+    with pytest.raises(tfopt.InvalidArgumentError, match="model='vit'"):
+        TrainBenchSettings("x", model="vit")
+    with pytest.raises(tfopt.InvalidArgumentError, match="batch_sizes"):
+        TrainBenchSettings("x", batch_sizes=(32, -1))
+    assert TrainBenchSettings("x").replace(epochs=3).epochs == 3
+
+
+def test_sweep_svg_is_well_formed(tmp_path):
+    from tfopt.bench.train import sweep_svg, write_sweep_svg
+
+    sweep = {32: 210.5, 64: 250.0, 128: 240.25}
+    path = write_sweep_svg(tmp_path / "sweep.svg", sweep, "a <title> & more")
+    root = ElementTree.parse(path).getroot()
+    assert root.tag == f"{SVG}svg"
+    assert len(root.findall(f"{SVG}circle")) == 3
+    (line,) = root.findall(f"{SVG}polyline")
+    points = [tuple(map(float, point.split(","))) for point in line.get("points").split()]
+    assert [x for x, _ in points] == sorted(x for x, _ in points)  # batch sizes left to right
+    assert min(points, key=lambda p: p[1]) == points[1]  # the fastest is drawn highest
+    texts = [element.text for element in root.iter(f"{SVG}text")]
+    assert "a <title> & more" in texts and {"32", "64", "128"} <= set(texts)
+    assert not list(tmp_path.glob(".*"))  # no temporary file left
+    one = ElementTree.fromstring(sweep_svg({64: 100.0}))
+    assert len(one.findall(f"{SVG}circle")) == 1
+    with pytest.raises(tfopt.InvalidArgumentError, match="empty"):
+        sweep_svg({})
+
+
+def test_cli_json_with_sweep_and_plot(shards, tmp_path, float32_policy):
+    plot = tmp_path / "sweep.svg"
+    result = CliRunner().invoke(cli, [
+        "bench", "train", str(shards), "--model", "mlp", "--image-size", "32",
+        "--batch-size", "16", "--epochs", "1", "--repeats", "1", "--steps-per-execution", "1",
+        "--batch-sizes", "8,16", "--plot", str(plot), "--json", "-q"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert list(data["methods"]) == ["baseline", "tfopt"]
+    assert set(data["sweep"]) == {"8", "16"} and all(v > 0 for v in data["sweep"].values())
+    assert data["settings"]["batch_sizes"] == [8, 16]
+    assert len(ElementTree.parse(plot).getroot().findall(f"{SVG}circle")) == 2
+
+    bad = CliRunner().invoke(cli, ["bench", "train", str(shards), "--batch-sizes", "32,x"])
+    assert bad.exit_code == 2 and "32,64,128" in bad.output
