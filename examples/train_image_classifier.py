@@ -9,7 +9,7 @@ the whole run takes about a minute. Each step is the one to copy into your own t
 1. convert images to TFRecord shards (once),
 2. a pipeline that decodes in parallel, caches and prefetches (`tfopt.PipelineBuilder`),
 3. the precision policy for this hardware (`tfopt.choose_policy`, `tfopt.enable_policy`),
-4. the distribution strategy,
+4. the distribution strategy (`tfopt.select_strategy`),
 5. callbacks that log examples/s and the input-bound share every epoch, and backups that let a
    killed run resume where it stopped (run the script again with the same folders),
 6. `model.fit`.
@@ -33,16 +33,25 @@ BATCH_SIZE = 64
 
 
 def train(shards: Path, work: Path, epochs: int) -> dict:
+    # 4. strategy first: it decides the global batch. select_strategy picks TPU, several
+    #    workers (TF_CONFIG, Slurm), mirrored GPUs or one GPU, and the default strategy on a
+    #    CPU-only machine; tf.distribute.get_strategy() is that default strategy
+    chosen = tfopt.select_strategy()
+    print(chosen.describe())
+    strategy = chosen.strategy
+    global_batch = chosen.global_batch(BATCH_SIZE)  # BATCH_SIZE per replica
+
     # 2. pipelines: training shuffles, decodes in parallel and caches what fits in RAM;
     #    evaluation reads every record once, in order
-    train_data = tfopt.PipelineBuilder(shards, batch_size=BATCH_SIZE, training=True,
+    train_data = tfopt.PipelineBuilder(shards, batch_size=global_batch, training=True,
                                        image_size=IMAGE_SIZE, seed=0)
     print(train_data.choices.describe())
-    validation = tfopt.build_pipeline(shards, BATCH_SIZE, image_size=IMAGE_SIZE,
+    validation = tfopt.build_pipeline(shards, global_batch, image_size=IMAGE_SIZE,
                                       split="validation")
     classes = len(tfopt.read_manifest(shards).class_names)
 
     # the probe measures, inside the pipeline, how long training waits for each batch
+    # (made outside strategy.scope(): its counters are plain CPU variables)
     probe = tfopt.InputProbe()
     dataset = probe.instrument(train_data.build())
 
@@ -50,10 +59,6 @@ def train(shards: Path, work: Path, epochs: int) -> dict:
     #    of compute capability 7.0+, float32 otherwise
     choice = tfopt.choose_policy()
     print(f"precision policy {choice.name}: {choice.reason}")
-
-    # 4. strategy: the default one (one device). tfopt.select_strategy is coming and will pick
-    #    MirroredStrategy / MultiWorkerMirroredStrategy for the devices and workers present.
-    strategy = tf.distribute.get_strategy()
 
     # layers take the policy in force when they are built: build and compile inside the block
     with tfopt.enable_policy(choice), strategy.scope():
@@ -70,7 +75,7 @@ def train(shards: Path, work: Path, epochs: int) -> dict:
         #    backups: BackupAndRestore plus the best model by val_loss
         gpu = bool(tf.config.list_physical_devices("GPU"))
         callbacks = [
-            *tfopt.training_callbacks(BATCH_SIZE, probe, gpu=gpu),
+            *tfopt.training_callbacks(global_batch, probe, gpu=gpu),
             *tfopt.backup_callbacks(work / "checkpoints"),
             keras.callbacks.CSVLogger(str(work / "history.csv")),
         ]

@@ -584,7 +584,7 @@ def run_train_bench(settings: TrainBenchSettings,
 
     pipelines = {
         "baseline": "TFRecordDataset -> map(parse_single_example, decode, crop, resize) -> "
-                    "batch, one thread",
+                    "batch, no num_parallel_calls, no prefetch",
         "tfopt": f"PipelineBuilder (cache {train_builder.choices.cache.value}, parallel, "
                  "prefetch)",
     }
