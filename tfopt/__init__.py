@@ -81,6 +81,10 @@ _LAZY_EXPORTS = {
     # bench
     "BenchSettings": "tfopt.bench.pipeline",
     "run_pipeline_bench": "tfopt.bench.pipeline",
+    "TrainBenchSettings": "tfopt.bench.train",
+    "TrainBenchReport": "tfopt.bench.train",
+    "run_train_bench": "tfopt.bench.train",
+    "build_model": "tfopt.bench.models",
     # gpu: NVML and the environment doctor (work without TensorFlow)
     "run_doctor": "tfopt.gpu.doctor",
     "DoctorReport": "tfopt.gpu.doctor",
