@@ -170,3 +170,16 @@ def test_cli_json_with_sweep_and_plot(shards, tmp_path, float32_policy):
 
     bad = CliRunner().invoke(cli, ["bench", "train", str(shards), "--batch-sizes", "32,x"])
     assert bad.exit_code == 2 and "32,64,128" in bad.output
+
+
+def test_sweep_png_and_suffix_dispatch(tmp_path):
+    pytest.importorskip("matplotlib")
+    from tfopt.bench.train import write_sweep_plot
+
+    sweep = {32: 251.0, 64: 249.0, 128: 239.0}
+    png = write_sweep_plot(tmp_path / "sweep.png", sweep, "title")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = write_sweep_plot(tmp_path / "sweep.svg", sweep)
+    assert svg.read_text().lstrip().startswith("<")
+    with pytest.raises(tfopt.InvalidArgumentError, match=r"\.svg or \.png"):
+        write_sweep_plot(tmp_path / "sweep.pdf", sweep)

@@ -697,3 +697,55 @@ def write_sweep_svg(path, sweep: dict[int, float], title: str | None = None) -> 
     text = sweep_svg(sweep, title) if title else sweep_svg(sweep)
     atomic_write_bytes(path, text.encode("utf-8"))
     return path
+
+
+def write_sweep_png(path, sweep: dict[int, float], title: str | None = None) -> Path:
+    """Draw the sweep as a PNG with matplotlib (the optional ``plot`` extra), atomically.
+
+    Raises:
+        tfopt.InvalidArgumentError: An empty sweep, or matplotlib is not installed.
+    """
+    if not sweep:
+        raise InvalidArgumentError("sweep is empty: give batch sizes to plot")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only: no display here or on servers
+        from matplotlib import pyplot
+    except ImportError:
+        raise InvalidArgumentError(
+            f"--plot {path}: a PNG needs matplotlib (pip install 'tfopt[plot]'); "
+            "or write an SVG (--plot FILE.svg), which needs nothing") from None
+    from tfopt._files import atomic_path
+
+    sizes = sorted(sweep)
+    figure, axes = pyplot.subplots(figsize=(6.4, 4.0), dpi=100)
+    axes.plot(sizes, [sweep[size] for size in sizes], marker="o")
+    axes.set_xscale("log", base=2)
+    axes.set_xticks(sizes, [str(size) for size in sizes])
+    axes.set_xlabel("batch size")
+    axes.set_ylabel("examples/s")
+    axes.set_title(title or "tfopt throughput by batch size")
+    axes.grid(True, alpha=0.3)
+    path = Path(path)
+    with atomic_path(path) as temporary:
+        figure.savefig(temporary, format="png", bbox_inches="tight")
+    pyplot.close(figure)
+    return path
+
+
+# Chart writers by file suffix: --plot picks one from the name it is given.
+_PLOT_WRITERS = {".svg": write_sweep_svg, ".png": write_sweep_png}
+
+
+def write_sweep_plot(path, sweep: dict[int, float], title: str | None = None) -> Path:
+    """Write the sweep chart as SVG or PNG, chosen by ``path``'s suffix.
+
+    Raises:
+        tfopt.InvalidArgumentError: Another suffix (the message lists the valid ones).
+    """
+    writer = _PLOT_WRITERS.get(Path(path).suffix.lower())
+    if writer is None:
+        raise InvalidArgumentError(f"--plot {path}: expected a file ending in "
+                                   f"{' or '.join(_PLOT_WRITERS)}")
+    return writer(path, sweep, title)

@@ -77,8 +77,8 @@ def _batch_sizes(ctx, param, value):
               help="tfopt's steps_per_execution [default: tuned by a short trial of 1, 4, 16].")
 @click.option("--max-steps", type=click.IntRange(min=1), help="Cap on steps per epoch.")
 @click.option("--plot", type=click.Path(dir_okay=False),
-              help="Write an SVG chart of the sweep's examples/s against batch size to this "
-                   "file (FILE.svg); without --batch-sizes the sweep is 32,64,128.")
+              help="Chart the sweep's examples/s against batch size: FILE.svg, or FILE.png with "
+                   "matplotlib (tfopt[plot]); without --batch-sizes the sweep is 32,64,128.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
 def train(shards, model, image_size, batch_size, epochs, repeats, batch_sizes,
@@ -95,7 +95,7 @@ def train(shards, model, image_size, batch_size, epochs, repeats, batch_sizes,
         TrainBenchSettings,
         make_demo_shards,
         run_train_bench,
-        write_sweep_svg,
+        write_sweep_plot,
     )
 
     progress = None if quiet else (lambda line: click.echo(line, err=True))
@@ -112,7 +112,7 @@ def train(shards, model, image_size, batch_size, epochs, repeats, batch_sizes,
             steps_per_execution=steps_per_execution, max_steps=max_steps)
         report = run_train_bench(settings, progress=progress)
     if plot:
-        write_sweep_svg(plot, report.sweep, f"tfopt {model} {image_size}px: examples/s by "
+        write_sweep_plot(plot, report.sweep, f"tfopt {model} {image_size}px: examples/s by "
                                             "batch size")
         if progress:
             progress(f"plot written to {plot}")
