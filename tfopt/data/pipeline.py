@@ -24,6 +24,7 @@ import os
 
 import tensorflow as tf
 
+from tfopt.data import service as _service
 from tfopt.data.decode import (
     DEVICE_CROP_SCALE,
     EVAL_CROP_FRACTION,
@@ -48,6 +49,12 @@ CACHE_SHARE = 0.6  # of the budget a cache may take; the rest stays for autotune
 DEFAULT_SHUFFLE_BYTES = 32 << 20
 MAX_SHUFFLE_ELEMENTS = 16384  # small records: more elements only add fill time
 COUNT_BLOCK = 256  # records per counting step when checking shard record counts
+# Dynamic sharding for training too, not "parallel_epochs": the builder's seeds (shard order,
+# shuffle, crops) are fixed in the graph, so under parallel_epochs every worker would produce
+# the same sequence and the trainer would see each record once per worker, side by side.
+# Dynamic sharding hands out shards, so each record comes once per epoch whatever the worker
+# count, and steps_per_epoch stays right.
+SERVICE_PROCESSING_MODE = "distributed_epoch"
 PARSE_BATCH = 128  # records per parse_example call: enough to amortise the op, small enough
 # to keep the first batch quick
 
@@ -98,6 +105,11 @@ class PipelineConfig:
             Defaults to False.
         prefetch_to_device: Prefetch batches onto the GPU. Defaults to True when exactly one
             GPU is visible and no distribution strategy is active.
+        service: A tf.data service dispatcher address, ``grpc://host:port`` (what
+            ``tfopt data-service dispatcher`` prints): its workers run the pipeline and this
+            process only receives the batches. Dynamic sharding ("distributed_epoch"): every
+            record once per epoch, spread over the workers, in no fixed order. Defaults to None
+            (the pipeline runs here).
     """
 
     batch_size: int
@@ -117,6 +129,7 @@ class PipelineConfig:
     skip_corrupt: bool = False
     pad_ragged: bool = False
     prefetch_to_device: bool | None = None
+    service: str | None = None
 
     def __post_init__(self):
         def set_field(name, value):
@@ -146,6 +159,13 @@ class PipelineConfig:
             set_field("deterministic", not self.training or self.seed is not None)
         if self.ram_budget is None:
             set_field("ram_budget", int(available_memory() * DEFAULT_RAM_FRACTION))
+        if self.service is not None:
+            set_field("service", _service.parse_address(self.service))
+            if self.skip_corrupt:
+                raise InvalidArgumentError(
+                    "skip_corrupt=True with service: corrupted records are counted in a "
+                    "variable of this process, which the service's workers cannot update; "
+                    "run 'tfopt verify' on the dataset, or build without the service")
 
     def replace(self, **changes) -> PipelineConfig:
         return dataclasses.replace(self, **changes)
@@ -328,6 +348,11 @@ class PipelineBuilder:
             to_device = len(gpus) == 1 and not tf.distribute.has_strategy()
         prefetch = ("to /gpu:0 (prefetch_to_device)" if to_device and gpus
                     else "autotuned, in host memory")
+        if config.service is not None:
+            notes.append(f"preprocessing runs on the tf.data service at {config.service}, "
+                         f"processing mode {SERVICE_PROCESSING_MODE!r} (dynamic sharding: each "
+                         "record once per epoch across the workers, order not fixed); caches, "
+                         "the RAM budget and shuffling live on the workers")
         if source.num_records is None and config.skip_corrupt:
             notes.append("no manifest: corrupted records are skipped but cannot be counted")
         return PipelineChoices(
@@ -570,6 +595,12 @@ class PipelineBuilder:
         options.experimental_distribute.auto_shard_policy = (
             policy.FILE if len(self.source.files) >= max(2, workers) else policy.DATA)
         dataset = dataset.with_options(options)
+        if self.config.service is not None:
+            # job_name=None: each iteration gets its own job, so a repeated evaluation or a
+            # second pipeline never joins (and finds finished) an earlier job of the same name
+            dataset = dataset.apply(tf.data.experimental.service.distribute(
+                processing_mode=SERVICE_PROCESSING_MODE, service=self.config.service,
+                job_name=None))
         if choices.prefetch.startswith("to /gpu"):
             return dataset.apply(tf.data.experimental.prefetch_to_device("/gpu:0"))
         return dataset.prefetch(AUTOTUNE)

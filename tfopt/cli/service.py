@@ -1,0 +1,114 @@
+"""``tfopt data-service dispatcher|worker``: run tf.data service servers in the foreground.
+
+TensorFlow is imported inside the command bodies, so ``tfopt --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+import click
+
+from tfopt.cli._common import needs_tensorflow
+
+STOP_GRACE = 5.0  # seconds a server gets to stop cleanly after Ctrl-C or SIGTERM
+_BIND_NOTE = ("TensorFlow listens on all interfaces whatever --host says (it has no "
+              "bind-address setting) and the service has no authentication: firewall the "
+              "port on a machine reachable from untrusted networks.")
+
+
+def _serve(server) -> None:
+    """Serve until Ctrl-C or SIGTERM, then exit 0.
+
+    Known issue: a worker that has run a job sometimes does not react to SIGTERM at all (seen
+    in the tests on TensorFlow 2.21, one worker of two; cause not yet found); SIGKILL stops it.
+    """
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    # wait on an Event instead of server.join(): join() blocks in C++ and never lets the
+    # Python signal handlers run
+    while not stop.wait(0.5):
+        pass
+    # a worker whose dispatcher is already gone can block in stop() and in the server's
+    # destructor at interpreter shutdown (its gRPC threads retry the dispatcher; seen in the
+    # tests when both got SIGTERM at once), so stopping gets STOP_GRACE seconds and the
+    # process then leaves without the interpreter's shutdown
+    stopper = threading.Thread(target=server.stop, daemon=True)
+    stopper.start()
+    stopper.join(STOP_GRACE)
+    click.echo(f"tfopt: {server.role} at {server.address} stopped", err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+@click.group("data-service")
+def data_service() -> None:
+    """Run tf.data service servers that take over a pipeline's preprocessing.
+
+    Start one dispatcher, then workers that register with it (on this machine or others),
+    and build the pipeline with service="grpc://HOST:PORT" (the dispatcher's address).
+
+    \b
+    Example:
+      tfopt data-service dispatcher --port 5050 &
+      tfopt data-service worker --dispatcher grpc://localhost:5050 &
+    """
+
+
+@data_service.command("dispatcher")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True,
+              help="Port to listen on; 0 picks a free one.")
+@click.option("--host", default="localhost", show_default=True,
+              help="Address the dispatcher advertises (printed, for workers and pipelines). "
+              + _BIND_NOTE)
+@click.option("--work-dir", type=click.Path(file_okay=False), default=None,
+              help="Folder for the dispatcher's journal, so that a restart recovers its jobs.")
+def dispatcher(port, host, work_dir):
+    """Run a dispatcher until Ctrl-C or SIGTERM.
+
+    The first line on stdout is its address (grpc://HOST:PORT): give it to workers
+    (--dispatcher) and to the pipeline (service=...).
+    """
+    needs_tensorflow()
+    from tfopt.data.service import start_dispatcher
+
+    server = start_dispatcher(port=port, host=host, work_dir=work_dir)
+    click.echo(server.address)
+    sys.stdout.flush()  # a parent process reads this line before the server ever exits
+    _serve(server)
+
+
+@data_service.command("worker")
+@click.option("--dispatcher", "dispatcher_address", required=True, metavar="grpc://HOST:PORT",
+              help="The dispatcher's address (the first line the dispatcher prints).")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True,
+              help="Port to listen on; 0 picks a free one.")
+@click.option("--host", default="localhost", show_default=True,
+              help="Address clients are told to fetch this worker's data from. " + _BIND_NOTE)
+def worker(dispatcher_address, port, host):
+    """Run a worker that registers with a dispatcher, until Ctrl-C or SIGTERM.
+
+    The first line on stdout is the worker's own address.
+    """
+    needs_tensorflow()
+    from tfopt.data.service import start_worker
+
+    server = start_worker(dispatcher_address, port=port, host=host)
+    click.echo(server.address)
+    sys.stdout.flush()
+    _serve(server)
+
+
+COMMANDS = [data_service]
+
+if __name__ == "__main__":  # ``python -m tfopt.cli.service``, before the group is registered
+    data_service(prog_name="tfopt data-service")
