@@ -49,6 +49,8 @@ _LAZY_EXPORTS = {
     "augment_batch": "tfopt.data.augment",
     "augment_dataset": "tfopt.data.augment",
     "sample_crop_boxes": "tfopt.data.augment",
+    "start_dispatcher": "tfopt.data.service",
+    "start_worker": "tfopt.data.service",
     # train: precision policy and gradient accumulation
     "choose_policy": "tfopt.train.precision",
     "PolicyChoice": "tfopt.train.precision",

@@ -18,7 +18,7 @@ from tfopt._version import __version__
 from tfopt.errors import TfoptError
 
 _COMMAND_MODULES = ("tfopt.cli.records", "tfopt.cli.bench", "tfopt.cli.tune", "tfopt.cli.launch",
-                    "tfopt.cli.gpu")
+                    "tfopt.cli.service", "tfopt.cli.gpu")
 
 
 class _TfoptGroup(click.Group):
