@@ -153,7 +153,29 @@ class ThroughputSummary:
         }
 
 
-class StepTimer:
+class _EpochMeter:
+    """What StepTimer and StallMeter share: the warm-up-aware call clock and the epoch reset."""
+
+    def __init__(self, warmup_steps: int = DEFAULT_WARMUP_STEPS,
+                 clock: Callable[[], float] = time.perf_counter):
+        self._calls = _CallClock(warmup_steps, clock)
+        self.start_epoch()
+
+    @property
+    def in_warmup(self) -> bool:
+        """True while the next call would still be skipped as warm-up."""
+        return self._calls.in_warmup
+
+    def start_epoch(self) -> None:
+        """Reset the epoch's counts (call from on_epoch_begin)."""
+        self._calls.start_epoch()
+        self._reset()
+
+    def _reset(self) -> None:
+        raise NotImplementedError
+
+
+class StepTimer(_EpochMeter):
     """Per-epoch step times and examples per second from begin/end calls.
 
     Args:
@@ -171,19 +193,7 @@ class StepTimer:
         >>> timer.summary().examples_per_second
     """
 
-    def __init__(self, warmup_steps: int = DEFAULT_WARMUP_STEPS,
-                 clock: Callable[[], float] = time.perf_counter):
-        self._calls = _CallClock(warmup_steps, clock)
-        self.start_epoch()
-
-    @property
-    def in_warmup(self) -> bool:
-        """True while the next call would still be skipped as warm-up."""
-        return self._calls.in_warmup
-
-    def start_epoch(self) -> None:
-        """Reset the epoch's counts (call from on_epoch_begin)."""
-        self._calls.start_epoch()
+    def _reset(self) -> None:
         self._step_times: list[float] = []
         self._steps = 0
         self._examples = 0
@@ -314,7 +324,7 @@ class StallSummary:
         }
 
 
-class StallMeter:
+class StallMeter(_EpochMeter):
     """Waiting for the next batch against computing on it, per epoch.
 
     Two views of the wait. Inside calls: waits measured where the input is read and passed to
@@ -338,19 +348,7 @@ class StallMeter:
         >>> meter.summary().kind
     """
 
-    def __init__(self, warmup_steps: int = DEFAULT_WARMUP_STEPS,
-                 clock: Callable[[], float] = time.perf_counter):
-        self._calls = _CallClock(warmup_steps, clock)
-        self.start_epoch()
-
-    @property
-    def in_warmup(self) -> bool:
-        """True while the next call would still be skipped as warm-up."""
-        return self._calls.in_warmup
-
-    def start_epoch(self) -> None:
-        """Reset the epoch's sums (call from on_epoch_begin)."""
-        self._calls.start_epoch()
+    def _reset(self) -> None:
         self._gap_seconds = 0.0
         self._busy_seconds = 0.0
         self._calls_counted = 0
