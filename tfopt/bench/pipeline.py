@@ -33,6 +33,8 @@ import tensorflow as tf
 from tfopt.data.decode import CROP_AREA, CROP_ASPECT, central_crop_window
 from tfopt.data.pipeline import PipelineBuilder
 from tfopt.errors import InvalidArgumentError
+from tfopt.records._files_of import tf_compression_type
+from tfopt.records.inspect import count_records
 
 METHODS = ("naive", "guide", "tfopt", "tfopt-device", "limit")
 STAGES = ("read", "parse", "decode", "augment")
@@ -185,13 +187,13 @@ def _guide_map_fn(builder: PipelineBuilder, settings: BenchSettings):
 
 def naive_dataset(builder: PipelineBuilder, settings: BenchSettings) -> tf.data.Dataset:
     dataset = tf.data.TFRecordDataset(builder.source.files,
-                                      "GZIP" if builder.source.compression == "gzip" else "")
+                                      tf_compression_type(builder.source.compression))
     dataset = dataset.map(_guide_map_fn(builder, settings)).batch(settings.batch_size)
     return dataset.repeat()
 
 
 def guide_dataset(builder: PipelineBuilder, settings: BenchSettings) -> tf.data.Dataset:
-    compression = "GZIP" if builder.source.compression == "gzip" else ""
+    compression = tf_compression_type(builder.source.compression)
     files = tf.data.Dataset.from_tensor_slices(builder.source.files)
     if settings.training:
         files = files.shuffle(len(builder.source.files))
@@ -207,7 +209,7 @@ def limit_dataset(builder: PipelineBuilder, settings: BenchSettings) -> tf.data.
     """Full decodes of in-memory images on all cores: the ceiling of a full-decode pipeline."""
     spec = {builder.source.image_key: tf.io.FixedLenFeature([], tf.string)}
     reader = tf.data.TFRecordDataset(builder.source.files,
-                                     "GZIP" if builder.source.compression == "gzip" else "")
+                                     tf_compression_type(builder.source.compression))
     encoded = [tf.io.parse_single_example(record, spec)[builder.source.image_key]
                for record in reader.take(_LIMIT_SAMPLE)]
     images = tf.data.Dataset.from_tensor_slices(tf.stack(encoded)).repeat()
@@ -336,11 +338,7 @@ def _slowest(stages: dict[str, float]) -> str:
 
 
 def _count(builder: PipelineBuilder) -> int:
-    import numpy as np
-
-    dataset = tf.data.TFRecordDataset(builder.source.files,
-                                      "GZIP" if builder.source.compression == "gzip" else "")
-    return int(dataset.reduce(np.int64(0), lambda count, _: count + 1))
+    return sum(count_records(file, builder.source.compression) for file in builder.source.files)
 
 
 def _cpu_seconds() -> float:

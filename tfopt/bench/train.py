@@ -54,6 +54,7 @@ import keras  # noqa: E402 - after the quiet TensorFlow import
 from tfopt.bench.models import DEFAULT_IMAGE_SIZE, ModelName, build_model  # noqa: E402
 from tfopt.data.decode import central_crop_window, resize_uint8  # noqa: E402
 from tfopt.data.pipeline import PipelineBuilder  # noqa: E402
+from tfopt.records._files_of import tf_compression_type  # noqa: E402
 from tfopt.train.callbacks import InputProbe, training_callbacks  # noqa: E402
 from tfopt.train.precision import choose_policy, enable_policy  # noqa: E402
 
@@ -338,7 +339,7 @@ def naive_dataset(builder: PipelineBuilder, image_size: int, batch_size: int) ->
         image = tf.slice(image, [window[0], window[1], 0], [window[2], window[3], 3])
         return resize_uint8(image, size), example[source.label_key]
 
-    dataset = tf.data.TFRecordDataset(source.files, "GZIP" if source.compression == "gzip" else "")
+    dataset = tf.data.TFRecordDataset(source.files, tf_compression_type(source.compression))
     # a fresh order every epoch, as any training input needs (without it the baseline read the
     # same order each epoch and lost 6-7 points of validation accuracy to tfopt, which reshuffles)
     dataset = dataset.shuffle(1000, reshuffle_each_iteration=True)
@@ -604,7 +605,7 @@ def run_train_bench(settings: TrainBenchSettings,
 def _count_classes(source) -> int:
     """Classes from the largest label in the training shards (no manifest class names)."""
     spec = {source.label_key: tf.io.FixedLenFeature([], tf.int64)}
-    reader = tf.data.TFRecordDataset(source.files, "GZIP" if source.compression == "gzip" else "")
+    reader = tf.data.TFRecordDataset(source.files, tf_compression_type(source.compression))
     labels = reader.map(lambda r: tf.io.parse_single_example(r, spec)[source.label_key])
     return max(2, int(labels.reduce(tf.constant(0, tf.int64), tf.maximum)) + 1)
 

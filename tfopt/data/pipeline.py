@@ -36,6 +36,7 @@ from tfopt.data.decode import (
 )
 from tfopt.data.source import ParsedFeature, PipelineSource, resolve_source
 from tfopt.errors import InvalidArgumentError
+from tfopt.records._files_of import tf_compression_type
 from tfopt.records.schema import FeatureKind
 
 logger = logging.getLogger("tfopt")
@@ -471,7 +472,7 @@ class PipelineBuilder:
         files = tf.data.Dataset.from_tensor_slices((source.files, tf.constant(expected, tf.int64)))
         if config.training:
             files = files.shuffle(len(source.files), seed=self._seed, reshuffle_each_iteration=True)
-        compression = "GZIP" if source.compression == "gzip" else ""
+        compression = tf_compression_type(source.compression)
         counted = source.expected_counts is not None
         corrupt, skip = self.corrupt_records, config.skip_corrupt
 

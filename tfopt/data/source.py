@@ -13,6 +13,7 @@ import glob as globlib
 from pathlib import Path
 
 from tfopt.errors import DatasetError, InvalidArgumentError
+from tfopt.records._files_of import tf_compression_type
 from tfopt.records.inspect import (
     FeatureInfo,
     detect_compression,
@@ -152,7 +153,7 @@ def _mean_record_bytes(file: str, compression: str | None) -> float | None:
     """Mean serialized size of the first records: sizes buffers when there is no manifest."""
     import tensorflow as tf
 
-    reader = tf.data.TFRecordDataset(file, "GZIP" if compression == "gzip" else "")
+    reader = tf.data.TFRecordDataset(file, tf_compression_type(compression))
     try:
         sizes = [len(record) for record in reader.take(SAMPLE_RECORDS).as_numpy_iterator()]
     except tf.errors.OpError:

@@ -11,6 +11,11 @@ from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME, Manifest, read_m
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
+def tf_compression_type(compression: str | None) -> str:
+    """TensorFlow's ``compression_type`` for a manifest's compression (``"gzip"`` or None)."""
+    return "GZIP" if compression == "gzip" else ""
+
+
 def is_gzip(path: Path) -> bool:
     """True when the file starts with the GZIP magic bytes (TFRecord GZIP files do)."""
     with open(path, "rb") as handle:

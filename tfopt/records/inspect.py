@@ -14,7 +14,7 @@ from pathlib import Path
 from tfopt._progress import Progress
 from tfopt._tf_messages import short_tf_message
 from tfopt.errors import DatasetError
-from tfopt.records._files_of import is_gzip, resolve_files
+from tfopt.records._files_of import is_gzip, resolve_files, tf_compression_type
 from tfopt.records.image_header import image_size, sniff_format
 from tfopt.records.manifest import Manifest
 
@@ -215,10 +215,6 @@ def detect_compression(files: list[Path], manifest: Manifest | None) -> str | No
     return "gzip" if next(iter(gzipped.values())) else None
 
 
-def _tf_compression(compression: str | None) -> str:
-    return "GZIP" if compression == "gzip" else ""
-
-
 def infer_schema(files, compression, sample,
                  stop_at_corruption: bool = False) -> tuple[list[FeatureInfo], int]:
     """Infer the schema from the first ``sample`` records, reading the files in order.
@@ -242,7 +238,7 @@ def infer_schema(files, compression, sample,
     for file in files:
         if sampled >= sample:
             break
-        dataset = tf.data.TFRecordDataset(str(file), _tf_compression(compression))
+        dataset = tf.data.TFRecordDataset(str(file), tf_compression_type(compression))
         try:
             for index, raw in enumerate(dataset.take(sample - sampled)):
                 try:
@@ -336,7 +332,7 @@ def count_records(file: Path, compression: str | None) -> int:
     import numpy as np
     import tensorflow as tf
 
-    dataset = tf.data.TFRecordDataset(str(file), _tf_compression(compression))
+    dataset = tf.data.TFRecordDataset(str(file), tf_compression_type(compression))
     return int(dataset.reduce(np.int64(0), lambda count, _: count + 1))
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from tfopt._files import is_temp_file, sha256_file
 from tfopt._progress import Progress
 from tfopt._tf_messages import short_tf_message
-from tfopt.records._files_of import is_gzip, resolve_files
+from tfopt.records._files_of import is_gzip, resolve_files, tf_compression_type
 from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME, ShardInfo
 
 
@@ -194,7 +194,7 @@ def _read_all(file: Path, compression: str | None) -> tuple[int, str | None]:
     import tensorflow as tf
 
     def dataset():
-        return tf.data.TFRecordDataset(str(file), "GZIP" if compression == "gzip" else "")
+        return tf.data.TFRecordDataset(str(file), tf_compression_type(compression))
 
     try:
         return int(dataset().reduce(np.int64(0), lambda count, _: count + 1)), None

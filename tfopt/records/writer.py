@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from tfopt._files import atomic_path, sha256_file
+from tfopt.records._files_of import tf_compression_type
 from tfopt.records.manifest import SkippedItem
 from tfopt.records.schema import IMAGE_FORMAT_KEY, Encoding, FeatureKind, FeatureSpec
 from tfopt.records.sources import BadItem, SourceKind, open_reader
@@ -131,7 +132,7 @@ def write_shard(task: ShardTask, folder: Path, report=None, should_stop=None) ->
     read = open_reader(task.source_kind, task.reader_config)
     encode = example_encoder(task.features)
     final = Path(folder) / task.file
-    options = tf.io.TFRecordOptions(compression_type="GZIP" if task.compression == "gzip" else "")
+    options = tf.io.TFRecordOptions(compression_type=tf_compression_type(task.compression))
     skipped: list[SkippedItem] = []
     formats: collections.Counter = collections.Counter()
     written = 0
