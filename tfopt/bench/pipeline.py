@@ -30,6 +30,7 @@ import time
 
 import tensorflow as tf
 
+from tfopt._system import usable_cores
 from tfopt.data.decode import CROP_AREA, CROP_ASPECT, central_crop_window
 from tfopt.data.pipeline import PipelineBuilder
 from tfopt.errors import InvalidArgumentError
@@ -134,7 +135,7 @@ class BenchReport:
         lines = [f"pipeline benchmark: {source}, {mode}, batch {settings.batch_size}, "
                  f"{settings.image_size}x{settings.image_size}, {self.examples_per_epoch} examples "
                  f"per epoch, median of {settings.repeats} alternating runs, "
-                 f"{os.cpu_count()} cores"]
+                 f"{usable_cores()} cores"]
         header = "method       " + "".join(f"  epoch {e + 1:<2} ex/s (spread)       "
                                           for e in range(settings.epochs)) + "  CPU"
         lines.append(header)
@@ -290,7 +291,7 @@ def run_pipeline_bench(settings: BenchSettings, methods=METHODS, progress=None) 
             if progress:
                 progress(f"run {repeat + 1}/{settings.repeats} {method:6s} "
                          + " ".join(f"{rate:8.1f}" for rate in epoch_rates) + " examples/s")
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     results = {method: MethodResult(method, rates[method], cpu[method][0] / (cpu[method][1] * cores))
                for method in methods}
     stages = stage_breakdown(settings, steps)

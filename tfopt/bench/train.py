@@ -45,6 +45,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+from tfopt._system import usable_cores  # noqa: E402
 from tfopt._tf import import_tensorflow
 from tfopt.errors import DatasetError, InvalidArgumentError
 
@@ -599,7 +600,7 @@ def run_train_bench(settings: TrainBenchSettings,
                for method in METHODS}
     examples = runs["baseline"][0].epoch_examples[-1]
     return TrainBenchReport(settings, results, reason, trial, train_builder.choices.describe(),
-                            sweep, examples, eval_split, len(os.sched_getaffinity(0)), load)
+                            sweep, examples, eval_split, usable_cores(), load)
 
 
 def _count_classes(source) -> int:

@@ -24,6 +24,7 @@ import os
 
 import tensorflow as tf
 
+from tfopt._system import usable_cores
 from tfopt.data import service as _service
 from tfopt.data.decode import (
     DEVICE_CROP_SCALE,
@@ -359,7 +360,7 @@ class PipelineBuilder:
         return PipelineChoices(
             files=len(source.files),
             records=source.num_records,
-            interleave_cycle=min(len(source.files), max(2, os.cpu_count() or 2)),
+            interleave_cycle=min(len(source.files), max(2, usable_cores())),
             parallel_calls="AUTOTUNE (tuned at run time)",
             parse=f"parse_example once per {PARSE_BATCH} records (vectorised)",
             decode=decode,

@@ -33,6 +33,7 @@ import numpy as np
 
 from tfopt._files import fsync_dir, is_temp_file, sha256_file
 from tfopt._progress import Progress
+from tfopt._system import usable_cores
 from tfopt._validate import choice, require
 from tfopt._version import __version__
 from tfopt.errors import DatasetError, InvalidArgumentError, OutputExistsError, TfoptError
@@ -77,13 +78,6 @@ class ImageCheck(str, enum.Enum):
 class Compression(str, enum.Enum):
     NONE = "none"
     GZIP = "gzip"
-
-
-def _default_workers() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,7 +133,7 @@ class ConvertOptions:
         set_field("on_error", choice(OnError, self.on_error, "on_error").value)
         set_field("check", choice(ImageCheck, self.check, "check").value)
         if self.workers is None:
-            set_field("workers", _default_workers())
+            set_field("workers", usable_cores())
         require(self.shard_size >= 1, "shard_size", self.shard_size, "a positive number of bytes")
         require(self.shards is None or self.shards >= 1, "shards", self.shards, "at least 1")
         require(0.0 <= self.val_fraction < 1.0, "val_fraction", self.val_fraction,

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from tfopt._progress import Progress
+from tfopt._system import usable_cores
 from tfopt.errors import InvalidArgumentError, OutputExistsError
 
 CLASS_NAMES = ("circle", "square", "triangle", "ring", "cross",
@@ -179,7 +180,7 @@ def make_demo_data(dst, count: int = 3000, classes: int = 10, seed: int = 0,
     dst = Path(dst)
     if dst.exists() and any(dst.iterdir()) and not overwrite:
         raise OutputExistsError(f"{dst}: is not empty; pass --overwrite to write demo images into it")
-    workers = workers or len(os.sched_getaffinity(0))
+    workers = workers or usable_cores()
     started = time.perf_counter()
     names = list(CLASS_NAMES[:classes])
     chunks = [range(start, min(start + _CHUNK, count)) for start in range(0, count, _CHUNK)]

@@ -11,11 +11,11 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import enum
-import os
 from pathlib import Path
 
 from tfopt._files import is_temp_file, sha256_file
 from tfopt._progress import Progress
+from tfopt._system import usable_cores
 from tfopt._tf_messages import short_tf_message
 from tfopt.records._files_of import is_gzip, resolve_files, tf_compression_type
 from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME, ShardInfo
@@ -149,7 +149,7 @@ def verify(path, *, workers: int | None = None, progress: bool | None = False) -
                 what = ("a leftover temporary file of an interrupted write" if is_temp_file(entry)
                         else "not listed in the manifest")
                 problems.append(Problem(str(entry), ProblemKind.EXTRA, what))
-    workers = workers or len(os.sched_getaffinity(0))
+    workers = workers or usable_cores()
     checked = []
     with Progress(len(jobs), "verify", unit="file",
                   enabled=progress if progress is not None else None) as bar, \
