@@ -95,7 +95,7 @@ def test_random_crop_windows_stay_in_bounds_and_in_range(tf):
 
 
 def test_decode_strategy_follows_the_target_size():
-    common = dict(encoding="jpeg", training=False, random_crop=False, cache_decoded=False)
+    common = dict(encoding="jpeg", random_crop=False, cache_decoded=False)
     assert choose_decode(target=(100, 100), min_side=420, **common).ratio == 2  # 367 / 4 < 100
     assert choose_decode(target=(100, 100), min_side=480, **common).ratio == 4
     assert choose_decode(target=(224, 224), min_side=320, **common).strategy is DecodeStrategy.CROP

@@ -45,7 +45,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from tfopt._system import usable_cores  # noqa: E402
+from tfopt._system import usable_cores
 from tfopt._tf import import_tensorflow
 from tfopt.errors import DatasetError, InvalidArgumentError
 

@@ -47,7 +47,6 @@ class DecodePlan:
     random_crop: bool
     jpeg: bool
     reason: str
-    fancy_upscaling: bool = True  # libjpeg's smooth chroma upsampling
     crop_fraction: float = 0.875  # central crop: this fraction of the shorter side
 
 
@@ -77,7 +76,7 @@ def cache_side(target: tuple[int, int]) -> int:
     return int(round(CACHE_SCALE * max(target)))
 
 
-def choose_decode(*, encoding: str, training: bool, random_crop: bool, target: tuple[int, int],
+def choose_decode(*, encoding: str, random_crop: bool, target: tuple[int, int],
                   min_side: int | None, cache_decoded: bool,
                   crop_fraction: float = EVAL_CROP_FRACTION) -> DecodePlan:
     """Pick the decoding strategy for these images and this use.
@@ -174,7 +173,6 @@ def decode_to_target(encoded, plan: DecodePlan, seed=None) -> tf.Tensor:
         shape = tf.io.extract_jpeg_shape(encoded)  # reads the header only
         window = (random_crop_window(shape, seed) if plan.random_crop
                   else central_crop_window(shape, plan.crop_fraction))
-        crop = tf.io.decode_and_crop_jpeg(encoded, window, channels=3,
-                                          fancy_upscaling=plan.fancy_upscaling)
+        crop = tf.io.decode_and_crop_jpeg(encoded, window, channels=3)
         return resize_uint8(crop, plan.target)
     return crop_and_resize(decode_full(encoded, plan), plan, seed)

@@ -325,7 +325,7 @@ class PipelineBuilder:
         decode = None
         if target is not None:
             decode = choose_decode(
-                encoding=source.image_encoding or "image", training=config.training,
+                encoding=source.image_encoding or "image",
                 random_crop=bool(random_crop and source.image_key), target=target,
                 min_side=source.min_image_side, cache_decoded=cache is CacheMode.DECODED,
                 crop_fraction=crop_fraction)
@@ -524,7 +524,7 @@ class PipelineBuilder:
         for feature in self.source.features:
             if keep is not None and feature.name not in keep:
                 continue
-            spec[feature.name] = _feature_spec(feature, self.config.pad_ragged)
+            spec[feature.name] = _feature_spec(feature)
         return spec
 
     def _parse_batch(self, serialized):
@@ -533,7 +533,7 @@ class PipelineBuilder:
         parsed = tf.io.parse_example(serialized, spec)
         for feature in self.source.features:
             if feature.raw_dtype and feature.name in parsed:
-                values = tf.io.decode_raw(parsed[feature.name], _tf_dtype(feature.raw_dtype),
+                values = tf.io.decode_raw(parsed[feature.name], tf.dtypes.as_dtype(feature.raw_dtype),
                                           little_endian=True)
                 parsed[feature.name] = tf.reshape(values, [-1, *feature.raw_shape])
             elif self.config.pad_ragged and isinstance(parsed.get(feature.name), tf.RaggedTensor):
@@ -618,11 +618,7 @@ def _with_index(fn, has_label):
     return fn
 
 
-def _tf_dtype(name: str):
-    return tf.dtypes.as_dtype(name)
-
-
-def _feature_spec(feature: ParsedFeature, pad_ragged: bool):
+def _feature_spec(feature: ParsedFeature):
     dtype = {FeatureKind.BYTES: tf.string, FeatureKind.INT64: tf.int64,
              FeatureKind.FLOAT: tf.float32}[feature.kind]
     if feature.shape is None:

@@ -245,7 +245,7 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
             logger.info("resuming: %d of %d shards already complete", len(done), len(tasks))
         total_items = sum(len(task.items) for task in todo)
         with Progress(total_items, "convert", unit="rec",
-                      enabled=progress if progress is not None else None) as bar:
+                      enabled=progress) as bar:
             _run_tasks(todo, dst, options.workers, journal, done, bar)
     except (Cancelled, KeyboardInterrupt):
         logger.warning("interrupted: finished shards are kept; run again with --resume")

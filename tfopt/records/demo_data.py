@@ -186,7 +186,7 @@ def make_demo_data(dst, count: int = 3000, classes: int = 10, seed: int = 0,
     chunks = [range(start, min(start + _CHUNK, count)) for start in range(0, count, _CHUNK)]
     total_bytes = 0
     with Progress(count, "demo-data", unit="img",
-                  enabled=progress if progress is not None else None) as bar:
+                  enabled=progress) as bar:
         if workers <= 1 or len(chunks) == 1:
             for chunk in chunks:
                 total_bytes += _write_images(str(dst), names, chunk, seed, min_size, max_size)

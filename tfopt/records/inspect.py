@@ -341,7 +341,7 @@ def _count_records(files, compression, progress) -> list[FileInfo]:
 
     infos = []
     with Progress(len(files), "count", unit="file",
-                  enabled=progress if progress is not None else None) as bar:
+                  enabled=progress) as bar:
         for file in files:
             try:
                 count = count_records(file, compression)

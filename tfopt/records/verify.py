@@ -152,7 +152,7 @@ def verify(path, *, workers: int | None = None, progress: bool | None = False) -
     workers = workers or usable_cores()
     checked = []
     with Progress(len(jobs), "verify", unit="file",
-                  enabled=progress if progress is not None else None) as bar, \
+                  enabled=progress) as bar, \
             concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
         futures = [pool.submit(_check_file, *job) for job in jobs]
         for future in futures:  # in order, so reports are stable
