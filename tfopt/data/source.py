@@ -9,11 +9,10 @@ decide the decoding strategy and the cache estimate.
 from __future__ import annotations
 
 import dataclasses
-import glob as globlib
 from pathlib import Path
 
 from tfopt.errors import DatasetError, InvalidArgumentError
-from tfopt.records._files_of import tf_compression_type
+from tfopt.records._files_of import resolve_files, tf_compression_type
 from tfopt.records.inspect import (
     FeatureInfo,
     detect_compression,
@@ -21,7 +20,7 @@ from tfopt.records.inspect import (
     pick_image_key,
     pick_label_key,
 )
-from tfopt.records.manifest import MANIFEST_NAME, Manifest, read_manifest
+from tfopt.records.manifest import Manifest, read_manifest
 from tfopt.records.schema import Encoding, FeatureKind
 
 SAMPLE_RECORDS = 64  # records read for schema inference and image sizes
@@ -145,7 +144,8 @@ def resolve_source(source, *, split: str | None = None, image_key: str | None = 
         mean_image_pixels=image_info.mean_pixels if image_info else None,
         min_image_side=min(image_info.min_size) if image_info and image_info.min_size else None,
         class_names=class_names,
-        sampled_record_bytes=_mean_record_bytes(files[0], compression),
+        # only needed without a manifest, whose counts give the mean exactly
+        sampled_record_bytes=None if manifest else _mean_record_bytes(files[0], compression),
     )
 
 
@@ -168,20 +168,11 @@ def _files_of(source, split, training) -> tuple[Manifest | None, list[str]]:
         if not files or missing:
             raise DatasetError(f"shard files not found: {missing[:3] or 'empty list'}")
         return None, files
-    text = str(source)
-    if any(char in text for char in "*?["):
-        files = sorted(name for name in globlib.glob(text) if Path(name).is_file())
-        if not files:
-            raise DatasetError(f"{text}: no files match this pattern")
-        return None, files
-    path = Path(text)
-    if path.is_file():
-        return None, [str(path)]
-    if not path.is_dir():
-        raise DatasetError(f"{path}: does not exist")
-    if not (path / MANIFEST_NAME).exists():
-        read_manifest(path)  # raises the incomplete/foreign-dataset message
-    manifest = read_manifest(path)
+    path = Path(str(source))
+    if not path.is_dir():  # a glob or one file: as inspect and verify read them
+        files, _, _ = resolve_files(source)
+        return None, [str(file) for file in files]
+    manifest = read_manifest(path)  # a folder must be a complete tfopt dataset
     if split is None:
         split = "train" if training or "validation" not in manifest.splits else "validation"
     if split not in manifest.splits:
