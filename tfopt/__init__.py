@@ -78,6 +78,7 @@ _LAZY_EXPORTS = {
     "select_strategy": "tfopt.train.strategy",
     "plan_strategy": "tfopt.train.strategy",
     "StrategyChoice": "tfopt.train.strategy",
+    "fix_keras_multi_worker": "tfopt.train.keras_compat",
     "launch_workers": "tfopt.train.launch",
     "cluster_tf_configs": "tfopt.train.launch",
     # bench

@@ -16,7 +16,9 @@ cluster it sees) + a builder per kind. The "auto" rules, first match wins:
 5. CPU only -> the default strategy, ``tf.distribute.get_strategy()``: a strategy over several
    logical CPU devices of one machine adds copies and an all-reduce but no compute.
 
-A name other than "auto" overrides the rules. Every result holds a real strategy object, so
+A name other than "auto" overrides the rules. Building a multi-worker strategy also applies
+:func:`tfopt.train.keras_compat.fix_keras_multi_worker`, without which Keras 3 cannot train
+under it. Every result holds a real strategy object, so
 ``with choice.strategy.scope():`` always works.
 """
 
@@ -35,6 +37,7 @@ from typing import Any
 from tfopt._tf import import_tensorflow
 from tfopt._validate import choice, require
 from tfopt.errors import InvalidArgumentError
+from tfopt.train.keras_compat import fix_keras_multi_worker
 
 logger = logging.getLogger("tfopt")
 
@@ -493,6 +496,8 @@ def _build_multi_worker(tf, plan, cluster):
             rpc_layer="grpc")
     else:
         resolver = None  # TensorFlow reads TF_CONFIG itself (or runs as a single worker)
+    # Keras 3 fit/evaluate/predict fail under this strategy without it (keras-team/keras#20585)
+    fix_keras_multi_worker()
     # CommunicationOptions AUTO: TensorFlow picks NCCL for GPUs and ring all-reduce for CPUs
     return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
 
