@@ -1,0 +1,127 @@
+"""Train the demo model with several workers: MultiWorkerMirroredStrategy, Keras 3 `fit`.
+
+    tfopt launch -n 2 -- python examples/multi_worker.py [--shards DIR] [--epochs N]
+
+`tfopt launch` starts the workers on this machine, each with a `TF_CONFIG` naming all of them;
+on a real cluster start the same script on every machine with the `TF_CONFIG` that
+`tfopt launch --print-tf-config --hosts host1:2222,host2:2222` prints. Run it as one plain
+process (`python examples/multi_worker.py`) and it trains alone, the same way.
+
+What each worker does:
+
+1. the demo dataset: without `--shards`, worker 0 makes 1,200 demo images and converts them
+   (`--work` must then be a folder every worker sees); the others wait for its manifest, which
+   `tfopt convert` writes last;
+2. `tfopt.select_strategy()`: `MultiWorkerMirroredStrategy` under `TF_CONFIG`, with tfopt's fix
+   that makes Keras 3 `fit` work under it (keras-team/keras#20585);
+3. the pipeline for the global batch (per-worker batch x workers): each worker reads its own
+   shards (FILE auto-sharding) and the strategy splits every global batch over the replicas;
+4. `fit` with throughput logging and backups in the chief's folder: kill a worker and launch
+   again with the same `--work`, and training resumes from the last finished epoch.
+
+Every worker ends with the same weights: the script prints a checksum of them per worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+# TensorFlow's C++ INFO lines (gRPC servers, the coordination service): set before it loads
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+import tfopt  # noqa: E402
+from tfopt.bench.models import build_model  # noqa: E402
+from tfopt.records.manifest import MANIFEST_NAME  # noqa: E402
+
+IMAGE_SIZE = 64
+PER_REPLICA_BATCH = 32
+DEMO_IMAGES = 1200
+WAIT_FOR_DATA_S = 600
+
+
+def task() -> tuple[str, int]:
+    """This process's (task type, index) in TF_CONFIG; ("worker", 0) when run alone."""
+    spec = json.loads(os.environ.get("TF_CONFIG") or "{}").get("task", {})
+    return spec.get("type", "worker"), int(spec.get("index", 0))
+
+
+def demo_shards(work: Path, preparing: bool) -> Path:
+    """The demo dataset under ``work``: made by one worker, awaited by the others."""
+    shards = work / "shards"
+    if (shards / MANIFEST_NAME).exists():
+        return shards
+    if preparing:
+        tfopt.make_demo_data(work / "images", count=DEMO_IMAGES, min_size=96, max_size=128,
+                             overwrite=True)
+        tfopt.convert(work / "images", shards, val_fraction=0.1, overwrite=True)
+        return shards
+    deadline = time.monotonic() + WAIT_FOR_DATA_S
+    while not (shards / MANIFEST_NAME).exists():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no dataset in {shards} after {WAIT_FOR_DATA_S} s: worker 0 makes "
+                             "it; is --work a folder all workers share?")
+        time.sleep(1)
+    return shards
+
+
+def train(shards: Path, work: Path, epochs: int) -> None:
+    chosen = tfopt.select_strategy()  # before any other TensorFlow work: it sets up the cluster
+    print(chosen.describe(), flush=True)
+    global_batch = chosen.global_batch(PER_REPLICA_BATCH)
+
+    train_data = tfopt.PipelineBuilder(shards, batch_size=global_batch, training=True,
+                                       image_size=IMAGE_SIZE, seed=0)
+    print(train_data.choices.describe(), flush=True)
+    validation = tfopt.build_pipeline(shards, global_batch, image_size=IMAGE_SIZE,
+                                      split="validation")
+    classes = len(tfopt.read_manifest(shards).class_names)
+
+    with tfopt.enable_policy(tfopt.choose_policy()), chosen.strategy.scope():
+        keras.utils.set_random_seed(0)  # the same initial weights on every worker
+        model = build_model("cnn", image_size=IMAGE_SIZE, classes=classes)
+        model.compile(keras.optimizers.Adam(1e-3),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=["accuracy"], steps_per_execution=2)
+        callbacks = [tfopt.ThroughputCallback(global_batch),
+                     *tfopt.backup_callbacks(work / "checkpoints", monitor="val_loss")]
+        history = model.fit(train_data.build(), epochs=epochs,
+                            steps_per_epoch=train_data.steps_per_epoch,
+                            validation_data=validation, callbacks=callbacks, verbose=2)
+
+    weights = b"".join(np.asarray(w, dtype=np.float32).tobytes() for w in model.get_weights())
+    last = {key: values[-1] for key, values in history.history.items()}
+    print(f"done: {chosen.replicas} replica(s), val_accuracy {last['val_accuracy']:.3f}, "
+          f"{last['examples_per_second']:.0f} examples/s (global), "
+          f"weights crc32 {zlib.crc32(weights):08x}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shards", type=Path, help="a dataset from 'tfopt convert' with a "
+                        "validation split [default: demo data made under --work]")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--work", type=Path,
+                        default=Path(tempfile.gettempdir()) / "tfopt-multi-worker-example",
+                        help="folder for the demo data and the checkpoints, shared by all "
+                        "workers [default: %(default)s]")
+    args = parser.parse_args()
+    # tfopt's lines (strategy, per-epoch throughput) without TensorFlow's INFO chatter
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("tfopt").setLevel(logging.INFO)
+    _, index = task()
+    shards = args.shards or demo_shards(args.work, preparing=index == 0)
+    train(shards, args.work, args.epochs)
+
+
+if __name__ == "__main__":  # convert spawns processes, which import this script again
+    main()
