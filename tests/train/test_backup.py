@@ -1,4 +1,5 @@
-"""Backups: file layout, the best model surviving a restart, and a SIGKILL mid-epoch."""
+"""Backups: file layout, atomic writes, a plain Keras backup, the best model surviving a
+restart, and a SIGKILL mid-epoch. Two workers: tests/train/test_multi_worker_backup.py."""
 
 from __future__ import annotations
 
@@ -14,8 +15,13 @@ import numpy as np
 import pytest
 
 keras = pytest.importorskip("keras")
-from tfopt.errors import InvalidArgumentError  # noqa: E402
-from tfopt.train.backup import BestModelCheckpoint, backup_callbacks  # noqa: E402
+from tfopt.errors import InvalidArgumentError, TfoptError  # noqa: E402
+from tfopt.train import backup  # noqa: E402
+from tfopt.train.backup import (  # noqa: E402
+    AtomicBackupAndRestore,
+    BestModelCheckpoint,
+    backup_callbacks,
+)
 
 
 def tiny_model():
@@ -33,6 +39,7 @@ def tiny_data():
 def test_layout_best_model_and_backup_removed_after_normal_end(tmp_path):
     x, y = tiny_data()
     callbacks = backup_callbacks(tmp_path / "run", monitor="loss")
+    assert isinstance(callbacks[0], AtomicBackupAndRestore)
     assert isinstance(callbacks[0], keras.callbacks.BackupAndRestore)
     assert isinstance(callbacks[1], BestModelCheckpoint)
     tiny_model().fit(x, y, batch_size=16, epochs=3, verbose=0, callbacks=callbacks)
@@ -48,12 +55,148 @@ def test_backup_kept_when_asked(tmp_path):
     x, y = tiny_data()
     callbacks = backup_callbacks(tmp_path, monitor="loss", delete_backup=False, save_freq=2)
     tiny_model().fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=callbacks)
-    meta = json.loads((tmp_path / "backup" / "training_metadata.json").read_text())
+    meta = json.loads((tmp_path / "backup" / "latest.json").read_text())
     # Keras 3.15 quirk: with save_freq in batches the last save came at batch 3 of epoch 0
     # (4 batches, every 2nd saved) and the epoch's end does not save, so a restart would run
     # epoch 0 again from the weights after its 4th batch
-    assert meta == {"epoch": 0, "batch": 3}
-    assert (tmp_path / "backup" / "latest.weights.h5").exists()
+    assert meta == {"epoch": 0, "batch": 3, "weights": "weights-000002.weights.h5",
+                    "generation": 2}
+    # the first backup's weights were deleted once the second was committed
+    assert sorted(p.name for p in (tmp_path / "backup").iterdir()) == [
+        "latest.json", "weights-000002.weights.h5"]
+
+
+class Recorder(keras.callbacks.Callback):
+    """Records the epochs run; raises ``Interrupt`` at the start of epoch ``stop_at``."""
+
+    def __init__(self, stop_at=None):
+        super().__init__()
+        self.epochs, self.stop_at = [], stop_at
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch == self.stop_at:
+            raise Interrupt(f"stopped at epoch {epoch}")
+        self.epochs.append(epoch)
+
+
+class Interrupt(Exception):
+    pass
+
+
+def train(callbacks, epochs=4):
+    """4 epochs of 4 batches, no shuffling: the same weights every time in one process."""
+    x, y = tiny_data()
+    model = tiny_model()
+    model.fit(x, y, batch_size=16, epochs=epochs, shuffle=False, verbose=0,
+              callbacks=callbacks)
+    return model
+
+
+def assert_same_weights(got, want):
+    for a, b in zip(got.get_weights(), want.get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def failing_weights_save(monkeypatch, at_call):
+    """keras.Model.save_weights that, at its ``at_call``-th call, leaves half a file and
+    raises: a process killed while writing the weights."""
+    calls = []
+    original = keras.Model.save_weights
+
+    def save_weights(self, filepath, *args, **kwargs):
+        calls.append(str(filepath))
+        original(self, filepath, *args, **kwargs)
+        if len(calls) == at_call:
+            size = os.path.getsize(filepath)
+            with open(filepath, "r+b") as file:
+                file.truncate(size // 2)
+            raise Interrupt("killed while writing the weights")
+
+    monkeypatch.setattr(keras.Model, "save_weights", save_weights)
+    return calls
+
+
+def failing_commit(monkeypatch, at_call):
+    """The backup's latest.json write that, at its ``at_call``-th call, leaves half a temporary
+    file and raises: a process killed between writing the weights and naming them."""
+    calls = []
+    original = backup._write_json_atomically
+
+    def write(path, data):
+        if path.name == "latest.json":
+            calls.append(data)
+            if len(calls) == at_call:
+                text = json.dumps(data)
+                (path.parent / f".tmp-{path.name}").write_text(text[: len(text) // 2])
+                raise Interrupt("killed between the weights and latest.json")
+        original(path, data)
+
+    monkeypatch.setattr(backup, "_write_json_atomically", write)
+    return calls
+
+
+@pytest.mark.parametrize("fail", [failing_weights_save, failing_commit])
+def test_interrupted_backup_leaves_the_previous_one_and_the_restart_resumes_from_it(
+        tmp_path, monkeypatch, fail):
+    reference = train([])
+    run = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        calls = fail(patch, at_call=3)  # the backup at the end of epoch 3 of 4
+        recorder = Recorder()
+        with pytest.raises(Interrupt):
+            train([*backup_callbacks(run, monitor="loss"), recorder])
+    assert recorder.epochs == [0, 1, 2]
+    folder = run / "backup"
+    # the backup of epoch 2 is intact and whole; the interrupted write left only a temp file
+    # or an unnamed weights file behind
+    meta = json.loads((folder / "latest.json").read_text())
+    assert meta["epoch"] == 2 and meta["weights"] == "weights-000002.weights.h5"
+    names = {p.name for p in folder.iterdir()}
+    assert {"latest.json", "weights-000002.weights.h5"} <= names
+    leftovers = names - {"latest.json", "weights-000002.weights.h5"}
+    # (a raise, unlike a kill, lets the temporary weights file be deleted)
+    assert all(name.startswith(".tmp-") or name == "weights-000003.weights.h5"
+               for name in leftovers)
+    if fail is failing_weights_save:  # the half file had a temporary name
+        assert os.path.basename(calls[-1]) == ".tmp-weights-000003.weights.h5"
+    else:
+        assert leftovers == {".tmp-latest.json", "weights-000003.weights.h5"}
+    restored = tiny_model()
+    restored.optimizer.build(restored.trainable_variables)
+    restored.load_weights(folder / meta["weights"])
+
+    recorder = Recorder()
+    model = train([*backup_callbacks(run, monitor="loss", delete_backup=False), recorder])
+    assert recorder.epochs == [2, 3]  # resumed at epoch 3 of 4
+    assert_same_weights(model, reference)
+    # the leftovers of the interrupted backup were swept by the next one
+    assert sorted(p.name for p in folder.iterdir()) == ["latest.json",
+                                                          "weights-000004.weights.h5"]
+
+
+def test_a_backup_of_keras_backup_and_restore_is_restored_and_replaced(tmp_path):
+    reference = train([])
+    run = tmp_path / "run"
+    with pytest.raises(Interrupt):
+        train([keras.callbacks.BackupAndRestore(str(run / "backup")), Recorder(stop_at=2)])
+    assert sorted(p.name for p in (run / "backup").iterdir()) == [
+        "latest.weights.h5", "training_metadata.json"]
+
+    recorder = Recorder()
+    model = train([*backup_callbacks(run, monitor="loss", delete_backup=False), recorder])
+    assert recorder.epochs == [2, 3]
+    assert_same_weights(model, reference)
+    assert sorted(p.name for p in (run / "backup").iterdir()) == [
+        "latest.json", "weights-000002.weights.h5"]
+
+
+def test_a_backup_naming_missing_weights_is_an_error_not_a_fresh_start(tmp_path):
+    folder = tmp_path / "backup"
+    folder.mkdir()
+    (folder / "latest.json").write_text(json.dumps(
+        {"epoch": 2, "batch": 0, "weights": "weights-000002.weights.h5", "generation": 2}))
+    with pytest.raises(TfoptError, match="weights-000002.weights.h5"):
+        train([AtomicBackupAndRestore(folder)])
 
 
 def test_restarted_checkpoint_keeps_a_better_earlier_model(tmp_path):
@@ -160,8 +303,9 @@ def test_sigkill_mid_epoch_then_restart_gives_the_uninterrupted_weights(tmp_path
     assert victim.returncode == -signal.SIGKILL
     assert not (tmp_path / "crashed.npz").exists()
     # the backup of the last finished epoch (2 of 4) is there
-    meta = json.loads((crashed / "ckpt" / "backup" / "training_metadata.json").read_text())
+    meta = json.loads((crashed / "ckpt" / "backup" / "latest.json").read_text())
     assert meta["epoch"] == 2
+    assert (crashed / "ckpt" / "backup" / meta["weights"]).is_file()
 
     finish(run_training(crashed, tmp_path / "crashed.npz"))
     # the restart began at epoch index 2, not from scratch

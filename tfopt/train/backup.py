@@ -1,35 +1,61 @@
-"""Training that survives a crash: Keras ``BackupAndRestore`` wired with a best-model checkpoint.
+"""Training that survives a crash: atomic, multi-worker-safe backups and a best-model checkpoint.
 
 Layout under ``directory``::
 
-    backup/latest.weights.h5         model + optimizer state (BackupAndRestore), replaced as
-    backup/training_metadata.json    training goes; deleted when fit() ends normally
-    best.keras                       the best model so far by ``monitor`` (ModelCheckpoint)
-    best.json                        {"monitor", "value", "epoch"} of best.keras
+    backup/latest.json                    {"epoch", "batch", "weights", "generation"}: the
+                                          backup; names the weights file that goes with it
+    backup/weights-000007.weights.h5      model + optimizer state of that backup
+    best.keras                            the best model so far by ``monitor``
+    best.json                             {"monitor", "value", "epoch"} of best.keras
 
-What Keras lacks and this adds: after a restart ``ModelCheckpoint`` forgets its best value
-and would overwrite ``best.keras`` with the next epoch's model even if it is worse; the
-checkpoint here reads ``best.json`` back so the best model survives the crash too.
+``backup/`` is deleted when fit() ends normally (unless ``delete_backup=False``).
 
-Resuming: ``BackupAndRestore`` restores weights, optimizer state and the epoch counter, and
-restarts that epoch from its first batch. With ``save_freq="epoch"`` and deterministic training
-(seeded, ``tf.config.experimental.enable_op_determinism()``, no or seeded shuffling) the final
-weights equal an uninterrupted run's (tested by killing a run with SIGKILL mid-epoch). With
-``save_freq`` in batches the weights saved mid-epoch are restored but the epoch still starts
-from its first batch, so its early batches are seen twice (Keras 3.15 records the batch but
-does not skip to it), and the end of an epoch is not saved, so the metadata can name an epoch
-that had finished. Prefer "epoch" unless epochs are long.
+What Keras 3.15's ``BackupAndRestore`` and ``ModelCheckpoint`` lack and this adds:
 
-``best.keras`` is written by Keras in place (not through a temporary file); ``best.json`` is
-written after it, atomically, so it never names a model that was not saved.
+1. Atomic backups. Keras writes ``latest.weights.h5`` and then ``training_metadata.json`` in
+   place: a kill mid-write leaves half a file that fails the restart, and a kill between the two
+   pairs new weights with the old epoch. Here every file is written under a temporary name
+   (``.tmp-...``) in the same folder, fsynced and renamed; each backup's weights go to a new
+   file, then ``latest.json``, which names them, is replaced atomically (the commit point), and
+   only then the previous weights are deleted. Whenever the process dies, ``latest.json`` names
+   a complete weights file of the same step. ``best.keras`` and ``best.json`` are written the
+   same way (``best.json`` after ``best.keras``, so it never names a model that was not saved).
+2. Several workers (``MultiWorkerMirroredStrategy``). Keras makes every worker write the same
+   files and every worker delete the folder at the end. Here only the chief writes and deletes
+   (the strategy's ``extended.should_checkpoint``: task "chief", else worker 0). The other
+   workers still make the same save call, into a private temporary folder deleted right after,
+   because saving can take part in collective ops: reading an ``on_read`` variable (a custom
+   layer's, say) outside a replica context all-reduces it across workers, and a worker that
+   skipped it would leave the chief waiting. After a restart every worker restores from the
+   chief's ``backup/``, so the folder must be on a file system all workers share (on one
+   machine it is). Workers hold identical weights, so the chief's backup is everyone's.
+3. The best value survives a restart: ``ModelCheckpoint`` forgets it and would overwrite
+   ``best.keras`` with the next epoch's model even if it is worse; the checkpoint here reads
+   ``best.json`` back.
+
+A backup written by plain ``keras.callbacks.BackupAndRestore`` (``latest.weights.h5`` and
+``training_metadata.json``) is still restored; the first backup written here replaces it. Plain
+Keras does not read this layout: it finds no backup and starts from scratch.
+
+Resuming: the weights, optimizer state and epoch counter are restored, and that epoch restarts
+from its first batch. With ``save_freq="epoch"`` and deterministic training (seeded,
+``tf.config.experimental.enable_op_determinism()``, no or seeded shuffling) the final weights
+equal an uninterrupted run's (tested by killing a process with SIGKILL mid-epoch, and one of two
+workers of a multi-worker job). With ``save_freq`` in batches the weights saved mid-epoch are
+restored but the epoch still starts from its first batch, so its early batches are seen twice
+(Keras 3.15 records the batch but does not skip to it), and the end of an epoch is not saved, so
+the backup can name an epoch that had finished. Prefer "epoch" unless epochs are long.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from tfopt._tf import import_tensorflow
@@ -37,33 +63,208 @@ from tfopt._tf import import_tensorflow
 import_tensorflow()
 import keras  # noqa: E402 - after the quiet TensorFlow import
 
-from tfopt.errors import InvalidArgumentError  # noqa: E402
+from tfopt.errors import InvalidArgumentError, TfoptError  # noqa: E402
 
 logger = logging.getLogger("tfopt")
 
-__all__ = ["BestModelCheckpoint", "backup_callbacks"]
+__all__ = ["AtomicBackupAndRestore", "BestModelCheckpoint", "backup_callbacks"]
 
 BACKUP_FOLDER = "backup"
 BEST_MODEL_FILE = "best.keras"
 BEST_INFO_FILE = "best.json"
+BACKUP_INFO_FILE = "latest.json"
+# a file being written: never read, deleted by the next backup
+TEMP_PREFIX = ".tmp-"
+_WEIGHTS_PREFIX, _WEIGHTS_SUFFIX = "weights-", ".weights.h5"
+# what keras.callbacks.BackupAndRestore writes (".bkp" with double_checkpoint=True)
+KERAS_WEIGHTS_FILE = "latest.weights.h5"
+KERAS_INFO_FILE = "training_metadata.json"
+_KERAS_FILES = (KERAS_WEIGHTS_FILE, KERAS_INFO_FILE, f"{KERAS_WEIGHTS_FILE}.bkp",
+                f"{KERAS_INFO_FILE}.bkp")
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_folder(path: Path) -> None:
+    # makes a rename durable; not every OS or file system can open a folder for fsync
+    with contextlib.suppress(OSError):
+        _fsync_file(path)
 
 
 def _write_json_atomically(path: Path, data: dict) -> None:
-    # complete file or none: a crash mid-write must not leave a half best.json
-    tmp = path.with_name(f".{path.name}.tmp")
+    # complete file or none: a crash mid-write must not leave a half file
+    tmp = path.with_name(f"{TEMP_PREFIX}{path.name}")
     with open(tmp, "w", encoding="utf-8") as file:
         json.dump(data, file)
         file.flush()
         os.fsync(file.fileno())
     os.replace(tmp, path)
+    _fsync_folder(path.parent)
+
+
+def _save_atomically(save, path: Path) -> None:
+    """``save(temporary path)``, then fsync and rename it to ``path``; on failure no trace.
+
+    The temporary name keeps the suffix Keras checks (``.keras``, ``.weights.h5``).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{TEMP_PREFIX}{path.name}")
+    try:
+        save(str(tmp))
+        _fsync_file(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    _fsync_folder(path.parent)
+
+
+def _save_and_discard(save, name: str) -> None:
+    """``save(path)`` into a private temporary folder, deleted at once: a non-chief worker's
+    part in a save whose variable reads may be collective ops (see the module docstring)."""
+    scratch = tempfile.mkdtemp(prefix="tfopt-backup-")
+    try:
+        save(os.path.join(scratch, name))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _is_chief(model) -> bool:
+    """Whether this process writes checkpoints: True on one machine; under
+    ``MultiWorkerMirroredStrategy`` only for task "chief", or worker 0 when there is none."""
+    try:
+        strategy = model.distribute_strategy
+    except AttributeError:  # not the TensorFlow backend: no strategy, one process
+        return True
+    return bool(strategy.extended.should_checkpoint)
+
+
+class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
+    """Keras ``BackupAndRestore`` with atomic backups, written by the chief worker alone.
+
+    Same arguments and resumption as Keras's callback (the module docstring lists the
+    differences); ``double_checkpoint`` is not offered since a backup is never half-written.
+
+    Args:
+        backup_dir: The folder of the backup (created when missing). Under several workers, on
+            a file system they all share.
+        save_freq: "epoch", or a number of batches between backups. Defaults to "epoch".
+        delete_checkpoint: Delete ``backup_dir`` when fit() ends normally. Defaults to True.
+
+    Raises:
+        TfoptError: (at the start of fit) ``latest.json`` is unreadable or names a weights file
+            that is missing; the folder was damaged from outside.
+
+    Example:
+        >>> model.fit(ds, epochs=10, callbacks=[AtomicBackupAndRestore("run1/backup")])
+    """
+
+    def __init__(self, backup_dir, save_freq="epoch", delete_checkpoint: bool = True):
+        super().__init__(str(backup_dir), save_freq=save_freq,
+                         delete_checkpoint=delete_checkpoint)
+        self.folder = Path(backup_dir)
+        self._generation = 0  # of the backup in the folder; each backup's weights are new
+
+    def on_train_begin(self, logs=None):
+        # Keras's version falls back to ".bkp" copies; a backup here is whole or absent
+        self._load_model()
+
+    def _read_backup(self) -> tuple[Path | None, int | None, int]:
+        """(weights file, epoch, generation) of the backup in the folder; Nones when none."""
+        info_path = self.folder / BACKUP_INFO_FILE
+        if info_path.exists():
+            try:
+                info = json.loads(info_path.read_text(encoding="utf-8"))
+                name, epoch = info["weights"], int(info["epoch"])
+                generation = int(info.get("generation", 0))
+            except (OSError, ValueError, TypeError, KeyError) as error:
+                raise TfoptError(
+                    f"{info_path}: not a backup tfopt wrote ({error!r}). Hint: delete "
+                    f"{self.folder} to start training from scratch.") from None
+            weights = self.folder / str(name)
+            if Path(str(name)).name != name or not weights.is_file():
+                raise TfoptError(
+                    f"{info_path} names the weights file {name!r}, which is not in "
+                    f"{self.folder}. Hint: delete {self.folder} to start from scratch.")
+            return weights, epoch, generation
+        # a backup of keras.callbacks.BackupAndRestore, read as Keras reads it
+        weights = self.folder / KERAS_WEIGHTS_FILE
+        keras_info = self.folder / KERAS_INFO_FILE
+        epoch = None
+        if keras_info.exists():
+            epoch = int(json.loads(keras_info.read_text(encoding="utf-8"))["epoch"])
+        return (weights if weights.exists() else None), epoch, 0
+
+    def _load_model(self):
+        if not self.model.built:
+            raise ValueError(
+                "To use the BackupAndRestore callback, your model must be built before you "
+                f"call fit(). Model {self.model} is unbuilt. Hint: call it on a batch of "
+                "data, or give it an Input.")
+        weights, epoch, self._generation = self._read_backup()
+        if weights is not None:
+            if self.model.optimizer is not None and not self.model.optimizer.built:
+                # the optimizer's variables must exist to receive their saved values
+                self.model.optimizer.build(self.model.trainable_variables)
+            self.model.load_weights(str(weights))
+        if epoch is not None:
+            self.model._initial_epoch = epoch  # what Keras's own callback sets
+            logger.info("restored the backup in %s: training resumes at epoch %d",
+                        self.folder, epoch + 1)
+
+    def _save_model(self):
+        if not _is_chief(self.model):
+            _save_and_discard(self.model.save_weights, f"backup{_WEIGHTS_SUFFIX}")
+            return
+        generation = self._generation + 1
+        name = f"{_WEIGHTS_PREFIX}{generation:06d}{_WEIGHTS_SUFFIX}"
+        # the new weights under a new name: latest.json still names the previous ones
+        _save_atomically(self.model.save_weights, self.folder / name)
+        # the commit point: from here the backup is the new one
+        _write_json_atomically(self.folder / BACKUP_INFO_FILE, {
+            "epoch": self._current_epoch, "batch": self._last_batch_seen, "weights": name,
+            "generation": generation,
+        })
+        self._generation = generation
+        self._delete_stale(keep=name)
+
+    def _delete_stale(self, keep: str) -> None:
+        """Delete the weights of earlier backups, files left by an interrupted backup and a
+        plain Keras backup: everything of this callback's but ``latest.json`` and ``keep``."""
+        for path in self.folder.iterdir():
+            name = path.name
+            ours = name.startswith(TEMP_PREFIX) or name in _KERAS_FILES or (
+                name.startswith(_WEIGHTS_PREFIX) and name.endswith(_WEIGHTS_SUFFIX))
+            if ours and name != keep and path.is_file():
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+
+    def on_train_end(self, logs=None):
+        if not (self.delete_checkpoint and _is_chief(self.model) and self.folder.exists()):
+            return
+        # the backup files first: a deletion cut short must not leave a backup that names
+        # deleted weights, nor one that would restart a finished training
+        for name in (BACKUP_INFO_FILE, KERAS_INFO_FILE):
+            with contextlib.suppress(FileNotFoundError):
+                (self.folder / name).unlink()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
     """``ModelCheckpoint(save_best_only=True)`` that remembers its best value across restarts.
 
     Saves the whole model to ``filepath`` when ``monitor`` improves and records the value and
-    epoch in ``info_path`` (JSON, written atomically). On creation it reads ``info_path`` back,
-    when its monitor matches, so a restarted run only replaces the file with a better model.
+    epoch in ``info_path`` (JSON); both are written atomically, and under several workers by
+    the chief alone (the others save into a temporary folder, see the module docstring). On
+    creation it reads ``info_path`` back, when its monitor matches, so a restarted run only
+    replaces the file with a better model.
 
     Args:
         filepath: Where the best model goes (``.keras``).
@@ -96,11 +297,24 @@ class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
             logger.info("best model so far: %s = %g at epoch %s", self.monitor, self.best,
                         info.get("epoch"))
 
+    def _save_model(self, epoch, batch, logs):
+        # Keras's version, minus the in-place write: every worker decides alike (the logs
+        # are reduced over workers, best.json is shared), the chief alone keeps the file
+        filepath = self._get_file_path(epoch, batch, logs)
+        if not self._should_save_model(epoch, batch, logs, filepath):
+            return
+        save = self.model.save_weights if self.save_weights_only else self.model.save
+        if _is_chief(self.model):
+            _save_atomically(lambda path: save(path, overwrite=True), Path(filepath))
+        else:
+            _save_and_discard(save, Path(filepath).name)
+
     def on_epoch_end(self, epoch, logs=None):
         before = self.best
         super().on_epoch_end(epoch, logs)
         best = self.best
-        if best is not None and best != before and not math.isnan(float(best)):
+        if (best is not None and best != before and not math.isnan(float(best))
+                and _is_chief(self.model)):
             _write_json_atomically(
                 self.info_path,
                 {"monitor": self.monitor, "value": float(best), "epoch": epoch + 1},
@@ -114,11 +328,13 @@ def backup_callbacks(
     mode: str = "auto",
     delete_backup: bool = True,
 ) -> list:
-    """BackupAndRestore plus a best-model checkpoint, laid out under one folder.
+    """Atomic backups plus a best-model checkpoint, laid out under one folder.
 
     Call ``fit`` with the same ``directory`` after a crash and training resumes from the last
-    backup (see the module docstring for what is exact). The model must be built (called on a
-    batch, or given an ``Input``) before ``fit``, as ``BackupAndRestore`` requires.
+    backup (see the module docstring for what is exact). Under ``MultiWorkerMirroredStrategy``
+    give every worker the same ``directory`` on a shared file system: the chief writes, all
+    restore from it. The model must be built (called on a batch, or given an ``Input``) before
+    ``fit``, as ``BackupAndRestore`` requires.
 
     Args:
         directory: The folder (created when missing).
@@ -129,7 +345,7 @@ def backup_callbacks(
         delete_backup: Delete ``backup/`` when fit() ends normally. Defaults to True.
 
     Returns:
-        [BackupAndRestore, BestModelCheckpoint]: put them in ``fit(callbacks=...)``.
+        [AtomicBackupAndRestore, BestModelCheckpoint]: put them in ``fit(callbacks=...)``.
 
     Raises:
         InvalidArgumentError: save_freq is neither "epoch" nor a positive integer, or mode is
@@ -149,8 +365,7 @@ def backup_callbacks(
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     return [
-        keras.callbacks.BackupAndRestore(
-            str(root / BACKUP_FOLDER), save_freq=save_freq, delete_checkpoint=delete_backup
-        ),
+        AtomicBackupAndRestore(root / BACKUP_FOLDER, save_freq=save_freq,
+                               delete_checkpoint=delete_backup),
         BestModelCheckpoint(root / BEST_MODEL_FILE, root / BEST_INFO_FILE, monitor, mode),
     ]
