@@ -73,6 +73,7 @@ _LAZY_EXPORTS = {
     "InputProbe": "tfopt.train.callbacks",
     "training_callbacks": "tfopt.train.callbacks",
     "backup_callbacks": "tfopt.train.backup",
+    "AtomicBackupAndRestore": "tfopt.train.backup",
     "BestModelCheckpoint": "tfopt.train.backup",
     # train: distribution
     "select_strategy": "tfopt.train.strategy",
