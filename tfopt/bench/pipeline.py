@@ -16,6 +16,13 @@ Methods, on the same shards and the same settings (batch size, target size, trai
 - ``limit``: decoding the same encoded images from memory on all cores, nothing else: the
   ceiling of any pipeline that decodes full images.
 
+With ``service_workers`` (e.g. ``(0, 1, 2)``), tfopt's pipeline also runs through a tf.data
+service with 1, 2, ... workers: one dispatcher and N worker processes per count on localhost
+(``tfopt.bench.service_workers``), measured in the same alternation; 0 workers is the
+in-process ``tfopt`` method, and the report gives each count's ratio against it. The workers
+share this host's cores, so the ratios show the service's overhead and scaling here, not what
+workers on other hosts would add.
+
 Runs alternate (naive, guide, tfopt, limit, naive, ...) and repeat, so that caches and clocks
 treat every method alike; each run iterates ``epochs`` passes over the data through one
 iterator (as ``model.fit`` does), and the report gives the median and spread per epoch.
@@ -23,6 +30,7 @@ iterator (as ``model.fit`` does), and the report gives the median and spread per
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import statistics
@@ -31,6 +39,7 @@ import time
 import tensorflow as tf
 
 from tfopt._system import usable_cores
+from tfopt.bench.service_workers import MAX_SERVICE_WORKERS, local_services
 from tfopt.data.decode import CROP_AREA, CROP_ASPECT, central_crop_window
 from tfopt.data.pipeline import PipelineBuilder
 from tfopt.errors import InvalidArgumentError
@@ -38,6 +47,9 @@ from tfopt.records._files_of import tf_compression_type
 from tfopt.records.inspect import count_records
 
 METHODS = ("naive", "guide", "tfopt", "tfopt-device", "limit")
+SERVICE_NOTE = ("the workers are processes on this host and share its cores with the "
+                "benchmark: the ratios show the service's overhead and scaling here, not a "
+                "multi-host speed-up")
 STAGES = ("read", "parse", "decode", "augment")
 _LIMIT_SAMPLE = 512  # encoded images held in memory for the decode limit
 
@@ -59,6 +71,9 @@ class BenchSettings:
         tfopt_source: Where tfopt reads instead of ``source``: the same images stored at
             training resolution (``tfopt convert --max-size``), to compare with the other
             methods on the originals. Defaults to None (the same source).
+        service_workers: Worker counts to run tfopt's pipeline through a local tf.data
+            service with, e.g. ``(0, 1, 2)``; 0 is the in-process ``tfopt`` method, measured
+            whenever anything is. Sorted, without repeats. Defaults to () (no service).
     """
 
     source: object
@@ -71,10 +86,18 @@ class BenchSettings:
     max_batches: int | None = None
     split: str | None = None
     tfopt_source: object = None
+    service_workers: tuple[int, ...] = ()
 
     def __post_init__(self):
         if self.epochs < 1 or self.repeats < 1:
             raise InvalidArgumentError(f"epochs={self.epochs}, repeats={self.repeats}: expected >= 1")
+        counts = tuple(self.service_workers or ())
+        if not all(isinstance(count, int) and 0 <= count <= MAX_SERVICE_WORKERS
+                   for count in counts):
+            raise InvalidArgumentError(
+                f"service_workers={self.service_workers!r}: expected worker counts from 0 to "
+                f"{MAX_SERVICE_WORKERS}, such as (0, 1, 2)")
+        object.__setattr__(self, "service_workers", tuple(sorted(set(counts))))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,9 +123,18 @@ class BenchReport:
     slowest_stage: str
     choices: str
     examples_per_epoch: int
+    service: dict[int, MethodResult] = dataclasses.field(default_factory=dict)  # workers -> runs
 
     def ratio(self, method: str, other: str, epoch: int = 0) -> float:
         return self.results[method].median(epoch) / self.results[other].median(epoch)
+
+    def service_rows(self) -> dict[int, MethodResult]:
+        """Worker count -> runs, 0 (the in-process ``tfopt`` method) first; {} without service."""
+        return {0: self.results["tfopt"], **self.service} if self.service else {}
+
+    def service_ratio(self, workers: int, epoch: int = 0) -> float:
+        """Median examples/s through ``workers`` service workers over that of 0 (in-process)."""
+        return self.service_rows()[workers].median(epoch) / self.results["tfopt"].median(epoch)
 
     def to_json(self) -> dict:
         settings = dataclasses.asdict(self.settings)
@@ -122,6 +154,16 @@ class BenchReport:
             "ratios": {f"{mine}/{other}": [self.ratio(mine, other, e) for e in epochs]
                        for mine in self.results if mine.startswith("tfopt")
                        for other in self.results if not other.startswith("tfopt")},
+            "service": {
+                "note": SERVICE_NOTE,
+                "rows": [{"workers": workers,
+                          "median": [result.median(e) for e in epochs],
+                          "spread": [result.spread(e) for e in epochs],
+                          "runs": result.epoch_rates,
+                          "ratio_to_0_workers": [self.service_ratio(workers, e) for e in epochs],
+                          "cpu_utilisation": result.cpu_utilisation}
+                         for workers, result in self.service_rows().items()],
+            } if self.service else None,
             "stages": self.stages,
             "slowest_stage": self.slowest_stage,
             "choices": self.choices,
@@ -149,11 +191,29 @@ class BenchReport:
                 ratios = ", ".join(f"{self.ratio(mine, other, e):.2f}x"
                                    for e in range(settings.epochs))
                 lines.append(f"{mine}/{other}: {ratios} (per epoch)")
+        lines.extend(self._describe_service())
         stages = ", ".join(f"{stage} {rate:,.0f}" for stage, rate in self.stages.items())
         lines.append(f"tfopt stages (examples/s up to each): {stages}; slowest: {self.slowest_stage}")
         lines.append("tfopt's choices:")
         lines.extend("  " + line for line in self.choices.splitlines())
         return "\n".join(lines)
+
+    def _describe_service(self) -> list[str]:
+        if not self.service:
+            return []
+        epochs = range(self.settings.epochs)
+        lines = ["tfopt through a local tf.data service (CPU: the benchmark and that "
+                 "service's processes together):",
+                 f"  note: {SERVICE_NOTE}",
+                 "workers      " + "".join(f"  epoch {e + 1:<2} ex/s (spread)       "
+                                         for e in epochs) + "  vs 0 workers  CPU"]
+        for workers, result in self.service_rows().items():
+            cells = "".join(f"  {result.median(e):9.1f} ({result.spread(e)[0]:7.1f}-"
+                            f"{result.spread(e)[1]:7.1f})" for e in epochs)
+            ratios = ", ".join(f"{self.service_ratio(workers, e):.2f}x" for e in epochs)
+            name = "0 in-process" if workers == 0 else str(workers)
+            lines.append(f"{name:12s} {cells}  {ratios:12s}  {result.cpu_utilisation:4.0%}")
+        return lines
 
 
 # -- the baselines -------------------------------------------------------------------------
@@ -245,6 +305,8 @@ def run_pipeline_bench(settings: BenchSettings, methods=METHODS, progress=None) 
 
     Raises:
         tfopt.InvalidArgumentError: An unknown method, or a source without images.
+        tfopt.TfoptError: A local tf.data service server (``settings.service_workers``) did
+            not start.
     """
     unknown = set(methods) - set(METHODS)
     if unknown or "tfopt" not in methods:
@@ -276,31 +338,40 @@ def run_pipeline_bench(settings: BenchSettings, methods=METHODS, progress=None) 
         "tfopt-device": lambda: builder(random_crop="device").build(),
         "limit": lambda: limit_dataset(first, settings),
     }
-    rates = {method: [[] for _ in range(settings.epochs)] for method in methods}
-    cpu = {method: [0.0, 0.0] for method in methods}  # cpu seconds, wall seconds
-    for repeat in range(settings.repeats):
-        for method in methods:
-            dataset = factories[method]()
-            before_cpu, before_wall = _cpu_seconds(), time.perf_counter()
-            epoch_rates = _time_epochs(dataset, steps, settings.epochs, settings.batch_size)
-            cpu[method][0] += _cpu_seconds() - before_cpu
-            cpu[method][1] += time.perf_counter() - before_wall
-            for epoch, rate in enumerate(epoch_rates):
-                rates[method][epoch].append(rate)
-            del dataset
-            if progress:
-                progress(f"run {repeat + 1}/{settings.repeats} {method:6s} "
-                         + " ".join(f"{rate:8.1f}" for rate in epoch_rates) + " examples/s")
+    services = [count for count in settings.service_workers if count > 0]
+    runs = [*methods, *(f"service-{count}" for count in services)]  # alternation order
+    rates = {run: [[] for _ in range(settings.epochs)] for run in runs}
+    cpu = {run: [0.0, 0.0] for run in runs}  # cpu seconds, wall seconds
+    with _local_services(services, progress) as local:
+        for count in services:
+            factories[f"service-{count}"] = (
+                lambda count=count: builder(service=local.address(count)).build())
+        for repeat in range(settings.repeats):
+            for run in runs:
+                dataset = factories[run]()
+                count = int(run.removeprefix("service-")) if run.startswith("service-") else 0
+                before_cpu, before_wall = _cpu_seconds(local, count), time.perf_counter()
+                epoch_rates = _time_epochs(dataset, steps, settings.epochs, settings.batch_size)
+                cpu[run][0] += _cpu_seconds(local, count) - before_cpu
+                cpu[run][1] += time.perf_counter() - before_wall
+                for epoch, rate in enumerate(epoch_rates):
+                    rates[run][epoch].append(rate)
+                del dataset
+                if progress:
+                    progress(f"run {repeat + 1}/{settings.repeats} {run:6s} "
+                             + " ".join(f"{rate:8.1f}" for rate in epoch_rates) + " examples/s")
     cores = usable_cores()
-    results = {method: MethodResult(method, rates[method], cpu[method][0] / (cpu[method][1] * cores))
-               for method in methods}
+    results = {run: MethodResult(run, rates[run], cpu[run][0] / (cpu[run][1] * cores))
+               for run in runs}
+    service = {count: results.pop(f"service-{count}") for count in services}
     stages = stage_breakdown(settings, steps)
     slowest = _slowest(stages)
     choices = builder().choices.describe()
     if "tfopt-device" in methods:
         device = builder(random_crop="device").choices.describe()
         choices += "\nwith random_crop='device':\n" + device
-    return BenchReport(settings, results, stages, slowest, choices, steps * settings.batch_size)
+    return BenchReport(settings, results, stages, slowest, choices, steps * settings.batch_size,
+                       service)
 
 
 def stage_breakdown(settings: BenchSettings, steps: int) -> dict[str, float]:
@@ -342,6 +413,15 @@ def _count(builder: PipelineBuilder) -> int:
     return sum(count_records(file, builder.source.compression) for file in builder.source.files)
 
 
-def _cpu_seconds() -> float:
+def _local_services(counts, progress):
+    """Local tf.data service servers for ``counts`` (None when there are none to start)."""
+    if not counts:
+        return contextlib.nullcontext()
+    return local_services(counts, progress=progress)
+
+
+def _cpu_seconds(local=None, service_workers: int = 0) -> float:
+    """CPU seconds of this process, plus those of the ``service_workers``-worker service's."""
     times = os.times()
-    return times.user + times.system
+    servers = local.cpu_seconds(service_workers) if service_workers else 0.0
+    return times.user + times.system + (servers or 0.0)

@@ -4,12 +4,26 @@ from __future__ import annotations
 
 import click
 
+from tfopt.bench.service_workers import MAX_SERVICE_WORKERS  # imports no TensorFlow
 from tfopt.cli._common import echo_json, needs_tensorflow
 
 
 @click.group("bench")
 def bench():
     """Throughput benchmarks: tfopt beside the plain TensorFlow way, in one run."""
+
+
+def _worker_counts(ctx, param, value):
+    if not value:
+        return ()
+    try:
+        counts = tuple(int(part) for part in value.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or not all(0 <= count <= MAX_SERVICE_WORKERS for count in counts):
+        raise click.BadParameter(f"{value!r}: expected comma-separated worker counts from 0 to "
+                                 f"{MAX_SERVICE_WORKERS}, such as 0,1,2")
+    return counts
 
 
 @bench.command("pipeline")
@@ -29,10 +43,16 @@ def bench():
               "convert --max-size): compares it with the others on PATH.")
 @click.option("--methods", default="naive,guide,tfopt,tfopt-device,limit", show_default=True,
               help="Comma-separated methods, in alternation order.")
+@click.option("--service-workers", callback=_worker_counts, metavar="N,N,...",
+              help="Also run tfopt's pipeline through a tf.data service with these numbers of "
+              "workers, e.g. 0,1,2 (0: in-process, the tfopt method): a dispatcher and the "
+              "workers start as local processes on localhost and stop after the run. They "
+              "share this host's cores, so the figures show the service's overhead and scaling "
+              "here, not a multi-host speed-up.")
 @click.option("-q", "--quiet", is_flag=True, help="No per-run lines on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
 def pipeline(path, batch_size, image_size, training, epochs, repeats, cache, max_batches, split,
-             tfopt_source, methods, quiet, as_json):
+             tfopt_source, methods, service_workers, quiet, as_json):
     """Examples/s of naive, guide, tfopt and the decode limit on the same shards."""
     needs_tensorflow()
     from tfopt.bench.pipeline import BenchSettings, run_pipeline_bench
@@ -40,7 +60,8 @@ def pipeline(path, batch_size, image_size, training, epochs, repeats, cache, max
     settings = BenchSettings(
         source=path, batch_size=batch_size, image_size=image_size, training=training,
         epochs=epochs, repeats=repeats, cache={"auto": "auto", "on": True, "off": False}[cache],
-        max_batches=max_batches, split=split, tfopt_source=tfopt_source)
+        max_batches=max_batches, split=split, tfopt_source=tfopt_source,
+        service_workers=service_workers)
     progress = None if quiet else (lambda line: click.echo(line, err=True))
     report = run_pipeline_bench(settings, [m.strip() for m in methods.split(",") if m.strip()],
                                 progress=progress)

@@ -1,0 +1,218 @@
+"""Local tf.data service servers for ``tfopt bench pipeline --service-workers``.
+
+For each worker count N the benchmark asks for, one dispatcher and N workers run as separate
+processes on localhost (``tfopt data-service dispatcher|worker``, i.e. ``tfopt.data.service``'s
+``start_dispatcher`` and ``start_worker``), so that a pipeline built with ``service=`` runs its
+preprocessing outside the benchmark's process: servers inside it would share its interpreter
+lock and thread pools with the client, which is not how the service is used. Each count gets
+its own dispatcher because a job spreads over every worker its dispatcher knows, and a worker
+cannot be taken out of a dispatcher without waiting for its heartbeat to time out.
+
+On one machine the workers still share the benchmark's cores: the figures show what the
+service costs and how it scales on this host, not the speed-up of workers on other hosts.
+
+Every server is stopped on every way out of :func:`local_services` (an exception, Ctrl-C,
+SIGTERM): workers first (a worker whose dispatcher is gone can hang while stopping), SIGKILL
+after a grace period. The servers run in their own session, so a Ctrl-C in the terminal reaches
+only the benchmark, which then stops them; on Linux they also die with it if it is killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from tfopt.errors import TfoptError
+
+logger = logging.getLogger("tfopt")
+
+MAX_SERVICE_WORKERS = 8  # per count: each worker is a TensorFlow process, ~570 MB resident idle
+START_TIMEOUT = 120.0  # seconds for a server to import TensorFlow and print its address; 5-15 s
+#                        here, more while several start at once on 2 cores
+STOP_GRACE = 8.0  # seconds between SIGTERM and SIGKILL; a server gives itself 5 s to stop
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+@dataclasses.dataclass(frozen=True)
+class _Server:
+    role: str  # "dispatcher" or "worker"
+    workers: int  # the worker count of the service it belongs to
+    process: subprocess.Popen
+    log: Path  # its stderr
+
+
+class LocalServices:
+    """Dispatchers and workers started by :func:`local_services`; see the module docstring."""
+
+    def __init__(self, workdir: Path):
+        self._workdir = workdir
+        self._addresses: dict[int, str] = {}
+        self._servers: list[_Server] = []
+
+    def address(self, workers: int) -> str:
+        """The dispatcher address (``grpc://localhost:PORT``) of the ``workers``-worker service."""
+        return self._addresses[workers]
+
+    def pids(self) -> list[int]:
+        """Process ids of every server started (running or not)."""
+        return [server.process.pid for server in self._servers]
+
+    def cpu_seconds(self, workers: int) -> float | None:
+        """User + system CPU seconds used so far by the ``workers``-worker service's processes.
+
+        None where ``/proc`` cannot tell (not Linux).
+        """
+        try:
+            return sum(_proc_cpu_seconds(server.process.pid) for server in self._servers
+                       if server.workers == workers)
+        except OSError:
+            return None
+
+    def _start(self, role: str, args: list[str], workers: int) -> _Server:
+        log = self._workdir / f"{role}-{len(self._servers)}.log"
+        with open(log, "wb") as stderr:  # the child keeps its own descriptor
+            process = subprocess.Popen(
+                [sys.executable, "-m", __name__, str(os.getpid()), role, *args],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                # no GPU for the servers: they decode on CPUs, and a TensorFlow process that
+                # sees a GPU reserves most of its memory, which the benchmark needs
+                env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, start_new_session=True)
+        server = _Server(role, workers, process, log)
+        self._servers.append(server)
+        return server
+
+    @staticmethod
+    def _address_of(server: _Server, timeout: float) -> str:
+        """The first stdout line of a server: its address."""
+        process = server.process
+        ready, _, _ = select.select([process.stdout], [], [], timeout)
+        line = process.stdout.readline().strip() if ready else ""
+        if not line.startswith("grpc://"):
+            tail = server.log.read_text(errors="replace").strip().splitlines()[-3:]
+            state = (f"exit code {process.poll()}" if process.poll() is not None
+                     else f"no address within {timeout:.0f} s")
+            raise TfoptError(f"the local tf.data service {server.role} did not start ({state}): "
+                             + (" | ".join(tail) or "no output"))
+        return line
+
+    def _stop(self) -> None:
+        """SIGTERM the workers, then the dispatchers; SIGKILL what is left after the grace."""
+        for role in ("worker", "dispatcher"):
+            group = [server.process for server in self._servers if server.role == role]
+            for process in group:
+                if process.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        process.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + STOP_GRACE
+            for process in group:
+                try:
+                    process.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    # a worker that ran a job sometimes ignores SIGTERM (tfopt/cli/service.py)
+                    logger.info("tf.data service %s %d ignored SIGTERM; killing it", role,
+                                process.pid)
+                    process.kill()
+                    process.wait()
+                process.stdout.close()
+
+
+@contextlib.contextmanager
+def local_services(worker_counts, progress=None,
+                   start_timeout: float = START_TIMEOUT) -> Iterator[LocalServices]:
+    """Start, for each count, a dispatcher and that many workers on localhost; stop them after.
+
+    Args:
+        worker_counts: Worker counts (0 is skipped: it means no service).
+        progress: Called with a line once the servers are up. Defaults to None.
+        start_timeout: Seconds each server may take to print its address. Defaults to 120.
+
+    Raises:
+        tfopt.TfoptError: A server did not start (the message quotes its last log lines).
+
+    Example:
+        >>> with local_services([1, 2]) as services:
+        ...     builder = PipelineBuilder("shards/", batch_size=64, service=services.address(2))
+    """
+    counts = sorted({count for count in worker_counts if count > 0})
+    with tempfile.TemporaryDirectory(prefix="tfopt-service-") as workdir, \
+            _sigterm_as_exit():
+        services = LocalServices(Path(workdir))
+        try:
+            # dispatchers first, then every worker at once: they import TensorFlow in parallel
+            dispatchers = [services._start("dispatcher", ["--port", "0"], count)
+                           for count in counts]
+            for server in dispatchers:
+                services._addresses[server.workers] = services._address_of(server, start_timeout)
+            workers = [services._start("worker", ["--dispatcher", services.address(count)],
+                                       count)
+                       for count in counts for _ in range(count)]
+            for server in workers:
+                services._address_of(server, start_timeout)
+            if progress and counts:
+                progress(f"tf.data service: {len(counts)} local dispatcher(s) and "
+                         f"{sum(counts)} worker process(es) up")
+            yield services
+        finally:
+            services._stop()
+
+
+@contextlib.contextmanager
+def _sigterm_as_exit():
+    """Turn SIGTERM into SystemExit while the servers run, so that they are stopped too.
+
+    Only from the main thread, and only where nobody else handles SIGTERM; restored after.
+    """
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        yield
+        return
+
+    def on_sigterm(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _proc_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process from ``/proc/PID/stat``, in seconds."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2:].split()  # the name in (...) may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _die_with_parent(parent: int) -> None:
+    """Have Linux SIGKILL this server when the benchmark that started it dies (even by SIGKILL)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _main(argv: list[str]) -> None:
+    """``python -m tfopt.bench.service_workers PARENT_PID dispatcher|worker OPTIONS``."""
+    _die_with_parent(int(argv[0]))
+    from tfopt.cli.service import data_service
+
+    data_service(argv[1:], prog_name="tfopt data-service")
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])
