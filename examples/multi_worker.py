@@ -13,7 +13,8 @@ What each worker does:
    (`--work` must then be a folder every worker sees); the others wait for its manifest, which
    `tfopt convert` writes last;
 2. `tfopt.select_strategy()`: `MultiWorkerMirroredStrategy` under `TF_CONFIG`, with tfopt's fix
-   that makes Keras 3 `fit` work under it (keras-team/keras#20585);
+   that makes Keras 3 `fit` work under it (keras-team/keras#20585), and batch normalisation
+   over the global batch (`tfopt.synchronize_batch_norm`);
 3. the pipeline for the global batch (per-worker batch x workers): each worker reads its own
    shards (FILE auto-sharding) and the strategy splits every global batch over the replicas;
 4. `fit` with throughput logging and backups in the chief's folder: kill a worker and launch
@@ -89,6 +90,9 @@ def train(shards: Path, work: Path, epochs: int) -> None:
     with tfopt.enable_policy(tfopt.choose_policy()), chosen.strategy.scope():
         keras.utils.set_random_seed(0)  # the same initial weights on every worker
         model = build_model("cnn", image_size=IMAGE_SIZE, classes=classes)
+        # batch-norm statistics over the global batch: without it Keras 3 keeps them per
+        # replica, and each worker would end with its own moving means and variances
+        tfopt.synchronize_batch_norm(model)
         model.compile(keras.optimizers.Adam(1e-3),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"], steps_per_execution=2)

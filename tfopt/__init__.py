@@ -80,6 +80,7 @@ _LAZY_EXPORTS = {
     "plan_strategy": "tfopt.train.strategy",
     "StrategyChoice": "tfopt.train.strategy",
     "fix_keras_multi_worker": "tfopt.train.keras_compat",
+    "synchronize_batch_norm": "tfopt.train.keras_compat",
     "launch_workers": "tfopt.train.launch",
     "cluster_tf_configs": "tfopt.train.launch",
     # bench

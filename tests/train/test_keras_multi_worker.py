@@ -42,9 +42,12 @@ TRAIN_SCRIPT = textwrap.dedent(f"""
     with strategy.scope():
         keras.utils.set_random_seed(1)
         model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
+                                  keras.layers.BatchNormalization(),
                                   keras.layers.Dense(3, activation="softmax")])
         model.compile(optimizer=keras.optimizers.SGD(0.1), steps_per_execution=2,
                       loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    # batch statistics over the global batch: the same moving statistics on every worker
+    switched = tfopt.synchronize_batch_norm(model) if fix else 0
     # 9 global batches: the last of the executions of 2 steps has one step
     # the global batch: under the strategy each of the two workers computes half of it
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch({GLOBAL_BATCH})
@@ -54,6 +57,7 @@ TRAIN_SCRIPT = textwrap.dedent(f"""
                               verbose=0)
     print("RESULT " + json.dumps({{
         "replicas": int(strategy.num_replicas_in_sync),
+        "switched": switched,
         "history": history.history,
         "evaluate": evaluated,
         "predicted_shape": list(predicted.shape),
@@ -93,6 +97,7 @@ def test_two_workers_train_to_identical_weights_equal_to_one_process(script):
     assert sorted(reports) == [0, 1]
     first, second = reports[0], reports[1]
     assert first["replicas"] == second["replicas"] == 2
+    assert first["switched"] == 1
     for a, b in zip(first["weights"], second["weights"], strict=True):
         np.testing.assert_array_equal(a, b)  # synchronous training: bit-identical replicas
     assert first["history"] == second["history"]

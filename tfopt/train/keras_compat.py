@@ -23,6 +23,13 @@ Nothing else differs from Keras: gradients are all-reduced by the optimizer as u
 both fixes, two workers on localhost end with identical weights, equal to one process trained
 on the same global batch (``tests/train/test_keras_multi_worker.py``).
 
+One difference from TensorFlow 2's own Keras is not a crash and is left to the user: Keras 3
+keeps ``BatchNormalization``'s moving mean and variance per replica (variables with aggregation
+"none"), so after multi-worker training each worker holds the statistics of its own batches
+and evaluates, predicts and saves with them. :func:`synchronize_batch_norm` switches a model's
+batch normalisation to statistics over the global batch: every worker then holds the same
+moving statistics, and training matches one process on the same global batch.
+
 :func:`fix_keras_multi_worker` applies the fixes (once per process);
 :func:`tfopt.select_strategy` calls it whenever it builds a multi-worker strategy. It replaces
 private Keras functions, so it is pinned: on the Keras versions in :data:`TESTED_KERAS` it
@@ -38,7 +45,7 @@ from tfopt.errors import TfoptError
 
 logger = logging.getLogger("tfopt")
 
-__all__ = ["TESTED_KERAS", "fix_keras_multi_worker"]
+__all__ = ["TESTED_KERAS", "fix_keras_multi_worker", "synchronize_batch_norm"]
 
 # Keras releases (major.minor) on which the two-worker tests pass with the fix applied.
 TESTED_KERAS = ("3.15",)
@@ -186,3 +193,36 @@ def _multi_worker_multi_step_function(model, step_function, reduce_per_replica, 
         return outputs
 
     return function
+
+
+def synchronize_batch_norm(model) -> int:
+    """Compute every ``BatchNormalization`` layer's batch statistics over the global batch.
+
+    Sets ``synchronized=True`` (Keras's own option, TensorFlow backend) on each batch
+    normalisation layer of ``model``, nested models included: mean and variance come from an
+    all-reduce over all replicas of all workers (three small all-reduces per layer per step),
+    so the moving statistics are the same on every worker and equal one process's on the same
+    global batch. Without it, Keras 3 keeps them per replica. Call it before the first
+    ``fit``, ``evaluate`` or ``predict`` (the step functions read the setting when traced).
+    On one device it changes nothing but adds those no-op reductions.
+
+    Args:
+        model: A Keras model.
+
+    Returns:
+        How many layers were switched.
+
+    Example:
+        >>> with chosen.strategy.scope():
+        ...     model = build_model()
+        >>> synchronize_batch_norm(model)
+        12
+    """
+    import keras
+
+    switched = 0
+    for layer in model._flatten_layers(include_self=False, recursive=True):
+        if isinstance(layer, keras.layers.BatchNormalization) and not layer.synchronized:
+            layer.synchronized = True
+            switched += 1
+    return switched
