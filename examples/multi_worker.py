@@ -56,13 +56,13 @@ def task() -> tuple[str, int]:
     return spec.get("type", "worker"), int(spec.get("index", 0))
 
 
-def demo_shards(work: Path, preparing: bool) -> Path:
+def demo_shards(work: Path, preparing: bool, images: int = DEMO_IMAGES) -> Path:
     """The demo dataset under ``work``: made by one worker, awaited by the others."""
     shards = work / "shards"
     if (shards / MANIFEST_NAME).exists():
         return shards
     if preparing:
-        tfopt.make_demo_data(work / "images", count=DEMO_IMAGES, min_size=96, max_size=128,
+        tfopt.make_demo_data(work / "images", count=images, min_size=96, max_size=128,
                              overwrite=True)
         tfopt.convert(work / "images", shards, val_fraction=0.1, overwrite=True)
         return shards
@@ -104,7 +104,8 @@ def train(shards: Path, work: Path, epochs: int) -> None:
 
     weights = b"".join(np.asarray(w, dtype=np.float32).tobytes() for w in model.get_weights())
     last = {key: values[-1] for key, values in history.history.items()}
-    print(f"done: {chosen.replicas} replica(s), val_accuracy {last['val_accuracy']:.3f}, "
+    accuracy = last.get("val_accuracy", float("nan"))  # absent when no validation batch came
+    print(f"done: {chosen.replicas} replica(s), val_accuracy {accuracy:.3f}, "
           f"{last['examples_per_second']:.0f} examples/s (global), "
           f"weights crc32 {zlib.crc32(weights):08x}", flush=True)
 
@@ -114,6 +115,8 @@ def main() -> None:
     parser.add_argument("--shards", type=Path, help="a dataset from 'tfopt convert' with a "
                         "validation split [default: demo data made under --work]")
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--demo-images", type=int, default=DEMO_IMAGES,
+                        help="demo images to make when there is no --shards [default: %(default)s]")
     parser.add_argument("--work", type=Path,
                         default=Path(tempfile.gettempdir()) / "tfopt-multi-worker-example",
                         help="folder for the demo data and the checkpoints, shared by all "
@@ -123,7 +126,8 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("tfopt").setLevel(logging.INFO)
     _, index = task()
-    shards = args.shards or demo_shards(args.work, preparing=index == 0)
+    shards = args.shards or demo_shards(args.work, preparing=index == 0,
+                                             images=args.demo_images)
     train(shards, args.work, args.epochs)
 
 
