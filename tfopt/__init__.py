@@ -81,6 +81,7 @@ _LAZY_EXPORTS = {
     "StrategyChoice": "tfopt.train.strategy",
     "fix_keras_multi_worker": "tfopt.train.keras_compat",
     "synchronize_batch_norm": "tfopt.train.keras_compat",
+    "fuse_batch_norm": "tfopt.train.fused_batch_norm",
     "launch_workers": "tfopt.train.launch",
     "cluster_tf_configs": "tfopt.train.launch",
     # bench

@@ -68,6 +68,8 @@ def test_both_methods_alternate_with_rates_ratios_and_accuracies(shards, float32
         assert data["methods"]["tfopt"][what]["median"] == pytest.approx(
             report.results["tfopt"].median(what))
     assert not math.isnan(data["methods"]["baseline"]["val_accuracy"]["median"])
+    assert data["methods"]["baseline"]["batch_norm"] == "Keras"
+    assert data["methods"]["tfopt"]["batch_norm"].startswith("fused")
     text = report.describe()
     assert "tfopt/baseline" in text and "validation accuracy" in text
 

@@ -12,7 +12,8 @@ same number of epochs, from the same initial weights (``keras.utils.set_random_s
 - ``tfopt``: the policy ``tfopt.choose_policy()`` picks (mixed_bfloat16 on a CPU with AMX or
   AVX512-BF16), applied with ``tfopt.enable_policy`` as a context manager; the pipeline of
   ``tfopt.PipelineBuilder`` (training: shuffled, parallel, cache "auto", prefetch); a tuned
-  ``steps_per_execution``.
+  ``steps_per_execution``; batch normalisation on TensorFlow's fused kernel
+  (``tfopt.fuse_batch_norm``, which Keras 3 lacks; ``fuse_batch_norm=False`` leaves it out).
 
 Both see the same pixels: the central 87.5 % square of each image resized to ``image_size``,
 as uint8 batches the model turns into floats in its first layer (tfopt's pipeline is asked for
@@ -57,6 +58,7 @@ from tfopt.data.decode import central_crop_window, resize_uint8  # noqa: E402
 from tfopt.data.pipeline import PipelineBuilder  # noqa: E402
 from tfopt.records._files_of import tf_compression_type  # noqa: E402
 from tfopt.train.callbacks import InputProbe, training_callbacks  # noqa: E402
+from tfopt.train.fused_batch_norm import fuse_batch_norm  # noqa: E402
 from tfopt.train.precision import choose_policy, enable_policy  # noqa: E402
 
 logger = logging.getLogger("tfopt")
@@ -100,6 +102,8 @@ class TrainBenchSettings:
         policy: tfopt's precision policy name. Defaults to None: ``choose_policy()``.
         seed: Weights, shuffling and trial data. Defaults to 0.
         max_steps: Cap on steps per epoch for both methods (quick runs). Defaults to None.
+        fuse_batch_norm: tfopt runs the model's batch normalisation with TensorFlow's fused
+            kernel (:func:`tfopt.fuse_batch_norm`). Defaults to True.
     """
 
     source: object
@@ -113,6 +117,7 @@ class TrainBenchSettings:
     policy: str | None = None
     seed: int = 0
     max_steps: int | None = None
+    fuse_batch_norm: bool = True
 
     def __post_init__(self):
         try:
@@ -196,6 +201,7 @@ class MethodResult:
     policy: str
     steps_per_execution: int
     pipeline: str  # one line: what feeds the model
+    batch_norm: str = "Keras"  # how the model's batch normalisation runs
 
     def median(self, what: str = "steady_rate") -> float:
         """Median over the runs of ``steady_rate``, ``overall_rate``, ``first_epoch_rate``,
@@ -216,6 +222,7 @@ class MethodResult:
             "policy": self.policy,
             "steps_per_execution": self.steps_per_execution,
             "pipeline": self.pipeline,
+            "batch_norm": self.batch_norm,
             **{what: _median_spread(self._values(what))
                for what in ("steady_rate", "first_epoch_rate", "overall_rate",
                             "steady_input_bound", "val_accuracy")},
@@ -299,7 +306,8 @@ class TrainBenchReport:
                      f"included), {self.ratio('overall_rate'):.2f}x over the whole fit")
         for name, result in self.results.items():
             lines.append(f"{name}: policy {result.policy}, steps_per_execution "
-                         f"{result.steps_per_execution}, {result.pipeline}")
+                         f"{result.steps_per_execution}, batch norm {result.batch_norm}, "
+                         f"{result.pipeline}")
         lines.append(f"policy: {self.policy_reason}")
         if self.spe_trial:
             trial = ", ".join(f"{k}: {v:.1f}" for k, v in self.spe_trial.items())
@@ -466,6 +474,13 @@ def _tfopt_builder(settings: TrainBenchSettings, batch_size: int) -> PipelineBui
                            seed=settings.seed, split="train")
 
 
+def _tfopt_model(settings: TrainBenchSettings, classes: int) -> keras.Model:
+    model = build_model(settings.model, settings.image_size, classes)
+    if settings.fuse_batch_norm:
+        fuse_batch_norm(model)
+    return model
+
+
 def _train_once(ctx: _Context, method: str, batch_size: int, epochs: int,
                 evaluate: bool = True) -> RunResult:
     settings = ctx.settings
@@ -487,7 +502,8 @@ def _train_once(ctx: _Context, method: str, batch_size: int, epochs: int,
     clock = _EpochClock(probe)
     keras.utils.set_random_seed(settings.seed)  # same initial weights for every run
     with enable_policy(policy), _quiet_keras():
-        model = build_model(settings.model, settings.image_size, ctx.classes)
+        model = (_tfopt_model(settings, ctx.classes) if method == "tfopt"
+                 else build_model(settings.model, settings.image_size, ctx.classes))
         _compile(model, spe)
         history = model.fit(dataset, epochs=epochs, steps_per_epoch=steps, verbose=0,
                             callbacks=[*training_callbacks(batch_size, probe, gpu=False), clock])
@@ -563,7 +579,7 @@ def run_train_bench(settings: TrainBenchSettings,
         say(f"steps_per_execution trial of {', '.join(map(str, SPE_CANDIDATES))} ...")
         with enable_policy(policy):
             spe, trial = tune_steps_per_execution(
-                lambda: build_model(settings.model, settings.image_size, classes),
+                lambda: _tfopt_model(settings, classes),
                 settings.batch_size, settings.image_size, classes, seed=settings.seed)
         _clear_session()
         say("steps_per_execution trial: " + ", ".join(f"{k}: {v:.1f} ex/s"
@@ -594,9 +610,13 @@ def run_train_bench(settings: TrainBenchSettings,
         "tfopt": f"PipelineBuilder (cache {train_builder.choices.cache.value}, parallel, "
                  "prefetch)",
     }
+    batch_norm = {"baseline": "Keras",
+                  "tfopt": "fused (tfopt.fuse_batch_norm)" if settings.fuse_batch_norm
+                  else "Keras"}
     results = {method: MethodResult(method, tuple(runs[method]),
                                     "float32" if method == "baseline" else policy,
-                                    1 if method == "baseline" else spe, pipelines[method])
+                                    1 if method == "baseline" else spe, pipelines[method],
+                                    batch_norm[method])
                for method in METHODS}
     examples = runs["baseline"][0].epoch_examples[-1]
     return TrainBenchReport(settings, results, reason, trial, train_builder.choices.describe(),

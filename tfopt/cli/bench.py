@@ -97,14 +97,17 @@ def _batch_sizes(ctx, param, value):
 @click.option("--steps-per-execution", type=click.IntRange(min=1),
               help="tfopt's steps_per_execution [default: tuned by a short trial of 1, 4, 16].")
 @click.option("--max-steps", type=click.IntRange(min=1), help="Cap on steps per epoch.")
+@click.option("--fuse-batch-norm/--keras-batch-norm", default=True, show_default=True,
+              help="tfopt's model runs batch normalisation with TensorFlow's fused kernel "
+                   "(tfopt.fuse_batch_norm), or as Keras 3 does.")
 @click.option("--plot", type=click.Path(dir_okay=False),
               help="Chart the sweep's examples/s against batch size: FILE.svg, or FILE.png with "
                    "matplotlib (tfopt[plot]); without --batch-sizes the sweep is 32,64,128.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
 def train(shards, model, image_size, batch_size, epochs, repeats, batch_sizes,
-          steps_per_execution, max_steps, plot, quiet, as_json):
-    """End-to-end fit: default Keras beside tfopt (policy, pipeline, steps_per_execution).
+          steps_per_execution, max_steps, fuse_batch_norm, plot, quiet, as_json):
+    """End-to-end fit: default Keras beside tfopt (policy, pipeline, steps_per_execution, fused BN).
 
     SHARDS is a dataset from 'tfopt convert' with a validation split; without it a small demo
     dataset (600 images) is made in a temporary folder first.
@@ -130,7 +133,8 @@ def train(shards, model, image_size, batch_size, epochs, repeats, batch_sizes,
         settings = TrainBenchSettings(
             source=shards, model=model, image_size=image_size, batch_size=batch_size,
             epochs=epochs, repeats=repeats, batch_sizes=batch_sizes,
-            steps_per_execution=steps_per_execution, max_steps=max_steps)
+            steps_per_execution=steps_per_execution, max_steps=max_steps,
+            fuse_batch_norm=fuse_batch_norm)
         report = run_train_bench(settings, progress=progress)
     if plot:
         write_sweep_plot(plot, report.sweep, f"tfopt {model} {image_size}px: examples/s by "
