@@ -4,8 +4,9 @@ TensorFlow 2's own Keras ran ``BatchNormalization`` on 4-D NHWC inputs as one fu
 (``FusedBatchNormV3``, oneDNN-accelerated on CPUs). Keras 3 has no fused path: it casts the
 activations to float32, computes the moments, the moving averages and the normalisation as
 separate ops and casts back, each a pass over the whole tensor. On this project's 2-core CPU
-that is 30 % of a training step of the built-in small ResNet in float32 and 38 % under
-``mixed_bfloat16`` (measured by replacing the layers with identities).
+that is 35 % of a training step of the built-in small ResNet in float32 and 47 % under
+``mixed_bfloat16``; fused, 11 % and 8 % (``scripts/bench_batch_norm.py``, which compares with
+the layers replaced by identities).
 
 :func:`fuse_batch_norm` gives a model's batch-normalisation layers TensorFlow's fused kernel
 back: ``tf.compat.v1.nn.fused_batch_norm`` in training (batch statistics, and the moving
