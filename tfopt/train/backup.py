@@ -63,6 +63,7 @@ from tfopt._tf import import_tensorflow
 import_tensorflow()
 import keras  # noqa: E402 - after the quiet TensorFlow import
 
+from tfopt._files import fsync_dir, fsync_file  # noqa: E402
 from tfopt.errors import InvalidArgumentError, TfoptError  # noqa: E402
 
 logger = logging.getLogger("tfopt")
@@ -83,29 +84,13 @@ _KERAS_FILES = (KERAS_WEIGHTS_FILE, KERAS_INFO_FILE, f"{KERAS_WEIGHTS_FILE}.bkp"
                 f"{KERAS_INFO_FILE}.bkp")
 
 
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_folder(path: Path) -> None:
-    # makes a rename durable; not every OS or file system can open a folder for fsync
-    with contextlib.suppress(OSError):
-        _fsync_file(path)
-
-
 def _write_json_atomically(path: Path, data: dict) -> None:
     # complete file or none: a crash mid-write must not leave a half file
-    tmp = path.with_name(f"{TEMP_PREFIX}{path.name}")
-    with open(tmp, "w", encoding="utf-8") as file:
-        json.dump(data, file)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(tmp, path)
-    _fsync_folder(path.parent)
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as file:
+            json.dump(data, file)
+
+    _save_atomically(write, path)
 
 
 def _save_atomically(save, path: Path) -> None:
@@ -117,13 +102,13 @@ def _save_atomically(save, path: Path) -> None:
     tmp = path.with_name(f"{TEMP_PREFIX}{path.name}")
     try:
         save(str(tmp))
-        _fsync_file(tmp)
+        fsync_file(tmp)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
-    _fsync_folder(path.parent)
+    fsync_dir(path.parent)
 
 
 def _save_and_discard(save, name: str) -> None:
