@@ -3,6 +3,7 @@ caching by budget, reproducibility, non-image data, and MirroredStrategy."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -56,6 +57,24 @@ def test_evaluation_yields_every_record_exactly_once_with_its_label(indexed_png_
             seen.append(index)
     assert sorted(seen) == list(range(40))
     assert builder.steps_per_epoch == 6  # ceil(40 / 7), no drop_remainder for evaluation
+
+
+def test_a_pass_has_a_known_length_only_where_it_is_sure(indexed_png_dataset, monkeypatch):
+    # known: Keras then knows a validation pass's steps (no "ran out of data" warning)
+    evaluation = PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24).build()
+    assert int(evaluation.cardinality()) == 6 == sum(1 for _ in evaluation)
+    unknown = -2  # tf.data.UNKNOWN_CARDINALITY
+    skipping = PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24,
+                               skip_corrupt=True)
+    assert int(skipping.build().cardinality()) == unknown  # skipped records would shorten it
+    training = PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24, training=True)
+    assert int(training.build().cardinality()) == -1  # repeats: infinite
+    # several workers: auto-sharding gives each worker a shorter pass than the manifest says
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "worker",
+                                                                          "index": 0}}))
+    sharded = PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24).build()
+    assert int(sharded.cardinality()) == unknown
 
 
 def test_plain_decode_matches_a_reference_decode(tmp_path, tf):

@@ -454,7 +454,7 @@ class PipelineBuilder:
             dataset = records.batch(config.batch_size, drop_remainder=choices.drop_remainder)
             dataset = dataset.map(self._parse_batch, num_parallel_calls=AUTOTUNE,
                                   deterministic=config.deterministic)
-            return self._finish(dataset)
+            return self._finish(self._with_known_length(dataset))
         parsed = records.batch(PARSE_BATCH).map(
             self._parse_batch, num_parallel_calls=AUTOTUNE, deterministic=config.deterministic
         ).unbatch()
@@ -463,7 +463,23 @@ class PipelineBuilder:
         images = self._decoded(parsed)
         batched = images.batch(config.batch_size, drop_remainder=choices.drop_remainder,
                                num_parallel_calls=AUTOTUNE, deterministic=config.deterministic)
-        return self._finish(batched)
+        return self._finish(self._with_known_length(batched))
+
+    def _with_known_length(self, batches: tf.data.Dataset) -> tf.data.Dataset:
+        """Tell tf.data (and so Keras) how many batches one pass holds, where that is sure.
+
+        The record counting in :meth:`_records` hides the length (a filter), so Keras would
+        not know a validation pass's steps and warns "Your input ran out of data" at its end.
+        The manifest's count is exact when nothing is skipped; not under several workers,
+        whose auto-sharding makes each worker's pass shorter, nor through the tf.data service.
+        """
+        config = self.config
+        steps = self.steps_per_epoch
+        if (config.repeat or steps is None or self.source.expected_counts is None
+                or config.skip_corrupt or config.service is not None
+                or _tf_config_workers() > 1):
+            return batches
+        return batches.apply(tf.data.experimental.assert_cardinality(steps))
 
     def _records(self) -> tf.data.Dataset:
         """Serialized records from all shards, read in parallel, counted against the manifest."""
