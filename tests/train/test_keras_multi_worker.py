@@ -16,7 +16,7 @@ import textwrap
 import numpy as np
 import pytest
 
-pytest.importorskip("keras")
+keras = pytest.importorskip("keras")
 
 from tfopt.train.launch import launch_workers  # noqa: E402
 
@@ -118,7 +118,13 @@ def test_two_workers_train_to_identical_weights_equal_to_one_process(script):
 
 
 def test_keras_as_shipped_still_fails_so_the_fix_is_needed(script):
-    """Upstream fixed means this fix may go: the test says so when it happens."""
+    """On the tested Keras releases the fix is needed; a newer release may have fixed it."""
+    from tfopt.train.keras_compat import TESTED_KERAS
+
+    release = ".".join(keras.__version__.split(".")[:2])
+    if release not in TESTED_KERAS:
+        pytest.skip(f"Keras {keras.__version__} is not among the tested releases "
+                    f"{TESTED_KERAS}: check whether it still needs tfopt/train/keras_compat.py")
     result, reports, lines = run_two_workers(script, "plain")
     assert result.exit_code != 0 and not reports, (
         "Keras now trains under MultiWorkerMirroredStrategy without tfopt's fix: review "
