@@ -53,6 +53,8 @@ TRAIN_SCRIPT = textwrap.dedent(f"""
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch({GLOBAL_BATCH})
     history = model.fit(data, epochs=3, verbose=0)
     evaluated = model.evaluate(data, verbose=0, return_dict=True)
+    # fewer batches than steps_per_execution: the one execution ends early, still counted
+    one_batch = model.evaluate(data.take(1), verbose=0, return_dict=True)
     predicted = model.predict(tf.data.Dataset.from_tensor_slices(x).batch({GLOBAL_BATCH}),
                               verbose=0)
     print("RESULT " + json.dumps({{
@@ -60,6 +62,7 @@ TRAIN_SCRIPT = textwrap.dedent(f"""
         "switched": switched,
         "history": history.history,
         "evaluate": evaluated,
+        "evaluate_one_batch": one_batch,
         "predicted_shape": list(predicted.shape),
         "weights": [w.tolist() for w in model.get_weights()],
     }}), flush=True)
@@ -113,6 +116,10 @@ def test_two_workers_train_to_identical_weights_equal_to_one_process(script):
     assert single["history"]["loss"][-1] < single["history"]["loss"][0]  # it did learn
     for key in ("loss", "accuracy"):
         np.testing.assert_allclose(first["evaluate"][key], single["evaluate"][key], rtol=1e-5)
+    assert set(first["evaluate_one_batch"]) == {"loss", "accuracy"}
+    for key in ("loss", "accuracy"):
+        np.testing.assert_allclose(first["evaluate_one_batch"][key],
+                                   single["evaluate_one_batch"][key], rtol=1e-5)
     # predict gathers every worker's shard: one row per example, as in one process
     assert first["predicted_shape"] == second["predicted_shape"] == [288, 3]
 

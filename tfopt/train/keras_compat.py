@@ -18,6 +18,12 @@ TF 2.16). Two bugs in ``keras/src/backend/tensorflow/trainer.py`` (read on Keras
    computes ``tf.reduce_mean(local_results, axis=0)``, the mean over replicas only; the fix
    does the same over all workers, ``strategy.reduce("MEAN", v, axis=None)``.
 
+A third failure follows once those are fixed: with ``steps_per_execution`` > 1 Keras runs the
+steps of an execution in a ``tf.while_loop`` with a ``tf.cond`` around each step, and
+collective ops inside that conditional fail at run time ("You must feed a value for
+placeholder tensor 'while/cond/Placeholder'"). In multi-worker mode the fix runs each step of
+an execution as its own compiled call (see :func:`_multi_worker_multi_step_function`).
+
 Nothing else differs from Keras: gradients are all-reduced by the optimizer as under
 ``MirroredStrategy``, datasets are auto-sharded by ``experimental_distribute_dataset``. With
 both fixes, two workers on localhost end with identical weights, equal to one process trained
@@ -157,14 +163,18 @@ def fix_keras_multi_worker() -> bool:
 
 
 def _multi_worker_multi_step_function(model, step_function, reduce_per_replica, tf):
-    """Keras's step function for ``steps_per_execution`` > 1, without its ``tf.cond`` calls.
+    """Keras's step function for ``steps_per_execution`` > 1, one compiled step per call.
 
-    Keras loops over ``get_next_as_optional()`` with a ``tf.cond`` around each step; with the
-    strategy's collective ops inside that cond the graph fails ("You must feed a value for
-    placeholder tensor 'while/cond/Placeholder'"). Here the loop takes ``get_next()`` each
-    step: at the end of the data the ``OutOfRangeError`` ends the epoch (Keras's epoch
-    iterator turns it into ``StopIteration``), after the steps taken so far were applied;
-    the epoch's logs come from the metrics, as Keras reads them at an epoch's end anyway.
+    Keras loops over ``get_next_as_optional()`` inside one ``tf.function`` with a ``tf.cond``
+    around each step; with the strategy's collective ops inside a conditional in a loop the
+    graph fails ("You must feed a value for placeholder tensor 'while/cond/Placeholder'"),
+    whether the condition is Keras's or any other. So each step here is its own call of a
+    compiled function that takes the next batch (as Keras's ``steps_per_execution=1`` path
+    does), and Python loops over the execution's steps: callbacks still run once per
+    execution, but the steps of an execution cost a Python round trip each. When the data
+    ends inside an execution the steps taken count and the outputs are the last step's; an
+    execution with no step left raises ``OutOfRangeError``, which Keras's epoch iterator
+    turns into the end of the epoch.
     """
     strategy = model.distribute_strategy
     steps = model.steps_per_execution
@@ -173,20 +183,25 @@ def _multi_worker_multi_step_function(model, step_function, reduce_per_replica, 
         outputs = strategy.run(step_function, args=(data,))
         return reduce_per_replica(outputs, strategy, reduction="auto")
 
-    def multi_step_on_iterator(iterator):
-        outputs = one_step_on_data(iterator.get_next())
-        for _ in tf.range(steps - 1):
-            outputs = one_step_on_data(iterator.get_next())
-        return outputs
+    def one_step_on_iterator(iterator):
+        return one_step_on_data(iterator.get_next())
 
     if not model.run_eagerly:
         one_step_on_data = tf.function(one_step_on_data, reduce_retracing=True,
                                        jit_compile=model.jit_compile)
-        multi_step_on_iterator = tf.function(multi_step_on_iterator, reduce_retracing=True)
+        one_step_on_iterator = tf.function(one_step_on_iterator, reduce_retracing=True)
 
     def function(iterator):
         if isinstance(iterator, (tf.data.Iterator, tf.distribute.DistributedIterator)):
-            return multi_step_on_iterator(iterator)
+            outputs = None
+            for _ in range(steps):
+                try:
+                    outputs = one_step_on_iterator(iterator)
+                except tf.errors.OutOfRangeError:
+                    if outputs is None:
+                        raise
+                    break
+            return outputs
         outputs = None
         for _, data in zip(range(steps), iterator, strict=False):  # batches (train_on_batch)
             outputs = one_step_on_data(data)
