@@ -45,17 +45,19 @@ def fsync_dir(folder: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(final: Path):
+def atomic_path(final: Path, temp: Path | None = None):
     """Yield a temporary path to write; on success it is fsynced and renamed to ``final``.
 
-    On an exception the temporary file is removed and ``final`` is untouched.
+    On an exception the temporary file is removed and ``final`` is untouched. ``temp``, in
+    the same folder, replaces the default name (:func:`temp_path_for`) where a writer checks
+    the file's suffix (Keras: ``.keras``, ``.weights.h5``).
 
     Example:
         >>> with atomic_path(Path("out.bin")) as tmp:
         ...     tmp.write_bytes(b"data")
     """
     final = Path(final)
-    tmp = temp_path_for(final)
+    tmp = Path(temp) if temp is not None else temp_path_for(final)
     try:
         yield tmp
         fsync_file(tmp)

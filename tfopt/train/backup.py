@@ -63,7 +63,7 @@ from tfopt._tf import import_tensorflow
 import_tensorflow()
 import keras  # noqa: E402 - after the quiet TensorFlow import
 
-from tfopt._files import fsync_dir, fsync_file  # noqa: E402
+from tfopt._files import atomic_path  # noqa: E402
 from tfopt.errors import InvalidArgumentError, TfoptError  # noqa: E402
 
 logger = logging.getLogger("tfopt")
@@ -99,16 +99,8 @@ def _save_atomically(save, path: Path) -> None:
     The temporary name keeps the suffix Keras checks (``.keras``, ``.weights.h5``).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{TEMP_PREFIX}{path.name}")
-    try:
+    with atomic_path(path, path.with_name(f"{TEMP_PREFIX}{path.name}")) as tmp:
         save(str(tmp))
-        fsync_file(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    fsync_dir(path.parent)
 
 
 def _save_and_discard(save, name: str) -> None:
