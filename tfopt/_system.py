@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def usable_cores() -> int:
@@ -12,3 +16,22 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def parent_death_signal(signum: int) -> Callable[[], object] | None:
+    """A function that asks Linux to send this process ``signum`` when its parent dies (even
+    by SIGKILL); None where there is no ``prctl`` (not Linux).
+
+    Looked up here, in advance: a child between fork and exec (``preexec_fn``) must not
+    import anything.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    signum = int(signum)
+    return lambda: prctl(_PR_SET_PDEATHSIG, signum)

@@ -33,6 +33,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from tfopt._system import parent_death_signal
 from tfopt.errors import TfoptError
 
 logger = logging.getLogger("tfopt")
@@ -41,7 +42,6 @@ MAX_SERVICE_WORKERS = 8  # per count: each worker is a TensorFlow process, ~570 
 START_TIMEOUT = 120.0  # seconds for a server to import TensorFlow and print its address; 5-15 s
 #                        here, more while several start at once on 2 cores
 STOP_GRACE = 8.0  # seconds between SIGTERM and SIGKILL; a server gives itself 5 s to stop
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,12 +196,15 @@ def _proc_cpu_seconds(pid: int) -> float:
 
 
 def _die_with_parent(parent: int) -> None:
-    """Have Linux SIGKILL this server when the benchmark that started it dies (even by SIGKILL)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
+    """Have Linux SIGKILL this server when the benchmark that started it dies (even by SIGKILL).
 
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    Set here, in the server, rather than in ``preexec_fn``: the benchmark has TensorFlow's
+    threads running, and a child between fork and exec of a threaded process must not run
+    Python code.
+    """
+    set_death_signal = parent_death_signal(signal.SIGKILL)
+    if set_death_signal is not None:
+        set_death_signal()
     if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(1)
 

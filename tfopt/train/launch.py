@@ -23,11 +23,11 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from tfopt._system import parent_death_signal
 from tfopt._validate import require
 from tfopt.errors import InvalidArgumentError
 
@@ -211,23 +211,6 @@ def _exit_code(returncode: int) -> int:
     return _SIGNAL_EXIT_BASE - returncode if returncode < 0 else returncode
 
 
-def _parent_death_signal():
-    """A function for the worker to run before exec: die with SIGTERM if the launcher dies
-    (even by SIGKILL), so that no worker is left waiting for its peers forever. None where
-    there is no ``prctl`` (not Linux)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    term = int(signal.SIGTERM)
-    # looked up here, in the launcher: the child between fork and exec must not import
-    return lambda: prctl(1, term)  # 1 = PR_SET_PDEATHSIG
-
-
 def _read_lines(pipe, worker: int, stream: str, lines: queue.Queue) -> None:
     with pipe:
         for raw in iter(pipe.readline, b""):
@@ -246,7 +229,8 @@ class _Job:
         self.tails = [collections.deque(maxlen=_TAIL_LINES) for _ in addresses]
         self.open_streams = [0] * len(addresses)  # per worker: its pipes not yet at EOF
         self.processes: list[subprocess.Popen] = []
-        before_exec = _parent_death_signal()
+        # die with SIGTERM if the launcher dies, so that no worker waits for its peers forever
+        before_exec = parent_death_signal(signal.SIGTERM)
         try:
             for index in range(len(addresses)):
                 worker_env = dict(env)
