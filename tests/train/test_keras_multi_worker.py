@@ -137,3 +137,15 @@ def test_keras_as_shipped_still_fails_so_the_fix_is_needed(script):
         "Keras now trains under MultiWorkerMirroredStrategy without tfopt's fix: review "
         "tfopt/train/keras_compat.py")
     assert any("PerReplica" in line for _, line in lines)
+
+
+def test_a_keras_without_the_replaced_functions_is_refused_with_the_tested_versions(monkeypatch):
+    from keras.src.backend.tensorflow import trainer
+
+    from tfopt.errors import TfoptError
+    from tfopt.train.keras_compat import TESTED_KERAS, fix_keras_multi_worker
+
+    monkeypatch.delattr(trainer.TensorFlowTrainer, "_make_function")
+    with pytest.raises(TfoptError, match="TensorFlowTrainer._make_function") as caught:
+        fix_keras_multi_worker()
+    assert TESTED_KERAS[-1] in str(caught.value)

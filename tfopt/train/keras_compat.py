@@ -80,11 +80,14 @@ def _trainer_module():
     missing = [name for name in ("TensorFlowTrainer", "reduce_per_replica",
                                  "_collective_all_reduce_multi_worker")
                if not hasattr(trainer, name)]
-    if missing or not hasattr(trainer.TensorFlowTrainer, "_maybe_symbolic_build"):
+    trainer_class = getattr(trainer, "TensorFlowTrainer", None)
+    missing += [f"TensorFlowTrainer.{name}" for name in ("_maybe_symbolic_build", "_make_function")
+                if trainer_class is not None and not hasattr(trainer_class, name)]
+    if missing:
         raise TfoptError(
             f"Keras {keras.__version__} changed the trainer internals tfopt's multi-worker fix "
-            f"replaces (missing: {', '.join(missing) or '_maybe_symbolic_build'}); it is tested "
-            f"on Keras {', '.join(TESTED_KERAS)}. Hint: install keras=={TESTED_KERAS[-1]}.*")
+            f"replaces (missing: {', '.join(missing)}); it is tested on Keras "
+            f"{', '.join(TESTED_KERAS)}. Hint: install keras=={TESTED_KERAS[-1]}.*")
     return keras, trainer
 
 
@@ -92,7 +95,7 @@ def fix_keras_multi_worker() -> bool:
     """Make Keras 3 ``fit``, ``evaluate`` and ``predict`` work under MultiWorkerMirroredStrategy.
 
     Safe to call more than once and on one machine: the replaced functions behave as Keras's
-    own except in multi-worker mode. See the module docstring for the two upstream bugs.
+    own except in multi-worker mode. See the module docstring for the upstream failures.
 
     Returns:
         True when this call applied the fix, False when it was already applied.
