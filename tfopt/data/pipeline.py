@@ -245,10 +245,14 @@ class PipelineChoices:
         if self.shuffle_elements:
             lines.append(f"shuffle      buffer of {self.shuffle_elements} elements")
         lines.append(f"map          num_parallel_calls={self.parallel_calls}")
+        # images are batched right after their decode (or crop) map, which tf.data fuses
+        # with the batch, unless final images come out of a cache
+        fused = (", fused with the map before it" if self.decode is not None
+                 and self.cache is not CacheMode.FINAL else "")
         lines.append(f"batch        {self.batch_size}, drop_remainder={self.drop_remainder}, "
-                     f"repeat={self.repeat}")
+                     f"repeat={self.repeat}{fused}")
         lines.append(f"sharding     {self.auto_shard}")
-        lines.append(f"prefetch     {self.prefetch}")
+        lines.append(f"prefetch     {self.prefetch}; work starts with the iterator (warm start)")
         lines.append(f"corrupt      {'skipped and counted' if self.skip_corrupt else 'error naming the shard'}")
         lines.extend(f"note         {note}" for note in self.notes)
         return "\n".join(lines)
@@ -606,6 +610,10 @@ class PipelineBuilder:
         options.autotune.ram_budget = max(256 << 20, int(self.config.ram_budget - cache_bytes))
         options.experimental_optimization.map_parallelization = True
         options.deterministic = choices.deterministic
+        # start reading and decoding when the iterator is made, not at the first batch:
+        # Keras makes it before tracing the train step (seconds), so the first batches are
+        # ready when the first step asks for them
+        options.experimental_warm_start = True
         policy = tf.data.experimental.AutoShardPolicy
         workers = _tf_config_workers()
         options.experimental_distribute.auto_shard_policy = (
