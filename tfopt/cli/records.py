@@ -14,10 +14,12 @@ _json = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdo
 @click.argument("dst", type=click.Path(file_okay=False))
 @click.option("--count", default=3000, show_default=True, help="Number of images.")
 @click.option("--classes", default=10, show_default=True, help="Number of classes (2-10).")
-@click.option("--seed", default=0, show_default=True, help="Changes every image.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Changes every image.")
 @click.option("--min-size", default=320, show_default=True, help="Smallest image side, px.")
 @click.option("--max-size", default=480, show_default=True, help="Largest image side, px.")
-@click.option("--workers", type=int, default=None, help="Processes [default: all cores].")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Processes [default: all cores].")
 @click.option("--overwrite", is_flag=True, help="Write into a non-empty folder.")
 @_quiet
 @_json
@@ -46,12 +48,14 @@ def demo_data(dst, count, classes, seed, min_size, max_size, workers, overwrite,
 @click.option("--shard-size", type=ByteSize(), default="128MiB", show_default=True,
               help="Target shard size, e.g. 64MB.")
 @click.option("--shards", type=int, help="Number of training shards (overrides --shard-size).")
-@click.option("--seed", default=0, show_default=True, help="Shuffle and split seed.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Shuffle and split seed.")
 @click.option("--val-fraction", default=0.0, show_default=True,
               help="Fraction of records for a validation split (stratified by class).")
 @click.option("--compression", type=click.Choice(["none", "gzip"]), default="none",
               show_default=True)
-@click.option("--workers", type=int, help="Shard-writing processes [default: all cores].")
+@click.option("--workers", type=click.IntRange(min=1),
+              help="Shard-writing processes [default: all cores].")
 @click.option("--max-size", type=int, help="Downscale images whose longer side exceeds this.")
 @click.option("--quality", default=90, show_default=True, help="JPEG quality of downscaled images.")
 @click.option("--check", type=click.Choice(["structure", "decode"]), default="structure",
@@ -88,7 +92,8 @@ def convert(src, dst, quiet, as_json, **options):
 @click.command("inspect")
 @click.argument("path")
 @click.option("--fast", is_flag=True, help="Take record counts from the manifest.")
-@click.option("--sample", default=64, show_default=True, help="Records read to infer the schema.")
+@click.option("--sample", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Records read to infer the schema.")
 @_quiet
 @_json
 def inspect(path, fast, sample, quiet, as_json):
@@ -106,7 +111,8 @@ def inspect(path, fast, sample, quiet, as_json):
 
 @click.command("verify")
 @click.argument("path")
-@click.option("--workers", type=int, help="Shards checked at once [default: all cores].")
+@click.option("--workers", type=click.IntRange(min=1),
+              help="Shards checked at once [default: all cores].")
 @_quiet
 @_json
 def verify(path, workers, quiet, as_json):

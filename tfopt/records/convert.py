@@ -134,6 +134,8 @@ class ConvertOptions:
         set_field("check", choice(ImageCheck, self.check, "check").value)
         if self.workers is None:
             set_field("workers", usable_cores())
+        # NumPy's generators take no negative seeds (a ValueError deep in the shuffle otherwise)
+        require(self.seed >= 0, "seed", self.seed, "an integer >= 0")
         require(self.shard_size >= 1, "shard_size", self.shard_size, "a positive number of bytes")
         require(self.shards is None or self.shards >= 1, "shards", self.shards, "at least 1")
         require(0.0 <= self.val_fraction < 1.0, "val_fraction", self.val_fraction,
@@ -343,7 +345,11 @@ def _prepare_output(dst: Path, options: ConvertOptions) -> bool:
     if dst.exists() and not dst.is_dir():
         raise OutputExistsError(f"{dst}: exists and is not a folder")
     if not dst.exists():
-        dst.mkdir(parents=True)
+        try:
+            dst.mkdir(parents=True)
+        except OSError as error:  # a parent is a file, or not writable
+            raise TfoptError(f"{dst}: cannot create the output folder ({error.strerror}); "
+                             "choose a folder that can be created") from None
         return True
     entries = sorted(dst.iterdir())
     if not entries:

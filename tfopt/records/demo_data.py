@@ -21,7 +21,7 @@ import numpy as np
 
 from tfopt._progress import Progress
 from tfopt._system import usable_cores
-from tfopt.errors import InvalidArgumentError, OutputExistsError
+from tfopt.errors import InvalidArgumentError, OutputExistsError, TfoptError
 
 CLASS_NAMES = ("circle", "square", "triangle", "ring", "cross",
                "hstripes", "vstripes", "diagonal", "checker", "dots")
@@ -177,9 +177,20 @@ def make_demo_data(dst, count: int = 3000, classes: int = 10, seed: int = 0,
     if not 16 <= min_size <= max_size <= _NOISE_TILE_SIDE:
         raise InvalidArgumentError(f"min_size={min_size}, max_size={max_size}: expected "
                                    f"16 <= min_size <= max_size <= {_NOISE_TILE_SIDE}")
+    if seed < 0:  # NumPy's generators take no negative seeds
+        raise InvalidArgumentError(f"seed={seed}: expected an integer >= 0")
+    if workers is not None and workers < 1:
+        raise InvalidArgumentError(f"workers={workers}: expected at least 1, or None for all cores")
     dst = Path(dst)
+    if dst.exists() and not dst.is_dir():
+        raise OutputExistsError(f"{dst}: exists and is not a folder")
     if dst.exists() and any(dst.iterdir()) and not overwrite:
         raise OutputExistsError(f"{dst}: is not empty; pass --overwrite to write demo images into it")
+    try:
+        dst.mkdir(parents=True, exist_ok=True)
+    except OSError as error:  # a parent is a file, or not writable: before any worker starts
+        raise TfoptError(f"{dst}: cannot create the output folder ({error.strerror}); "
+                         "choose a folder that can be created") from None
     workers = workers or usable_cores()
     started = time.perf_counter()
     names = list(CLASS_NAMES[:classes])

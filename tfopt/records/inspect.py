@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tfopt._progress import Progress
 from tfopt._tf_messages import short_tf_message
+from tfopt._validate import require
 from tfopt.errors import DatasetError
 from tfopt.records._files_of import is_gzip, resolve_files, tf_compression_type
 from tfopt.records.image_header import image_size, sniff_format
@@ -175,12 +176,16 @@ def inspect(path, *, fast: bool = False, sample: int = 64,
     Raises:
         tfopt.DatasetError: Nothing readable at ``path``, records that are not
             ``tf.train.Example``, or mixed compression.
+        tfopt.InvalidArgumentError: ``sample`` is below 1.
 
     Example:
         >>> info = inspect("imagenet/train-*")
         >>> info.image_key, info.label_key
         ('image/encoded', 'image/class/label')
     """
+    # take(0) reads nothing and take(-1) everything: both would mislead, so refuse them here
+    require(sample >= 1, "sample", sample,
+            "a positive number of records, e.g. 64")
     files, manifest, notes = resolve_files(path)
     missing = [str(file) for file in files if not file.exists()]
     if missing:

@@ -161,6 +161,12 @@ def write_manifest(folder: Path, manifest: Manifest) -> Path:
     return path
 
 
+# The keys every manifest has, with their JSON types: checked first, so that a hand-edited or
+# foreign file gets a message naming the key instead of a TypeError from deep in from_json.
+_REQUIRED_KEYS = {"format_version": (int, "an integer"), "features": (list, "a JSON array"),
+                  "splits": (dict, "a JSON object")}
+
+
 def read_manifest(folder) -> Manifest:
     """Read the manifest of a dataset folder.
 
@@ -188,8 +194,23 @@ def read_manifest(folder) -> Manifest:
         raise DatasetError(f"{folder}: no {MANIFEST_NAME}: not a complete tfopt dataset")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:  # ValueError: broken JSON or bytes that are not UTF-8
+        raise DatasetError(f"{path}: unreadable manifest ({type(error).__name__}: {error})") from error
+    if not isinstance(data, dict):
+        raise DatasetError(f"{path}: unreadable manifest: expected a JSON object, got "
+                           f"{type(data).__name__}")
+    for key, (kind, kind_name) in _REQUIRED_KEYS.items():
+        if key not in data:
+            raise DatasetError(f"{path}: unreadable manifest: missing key {key!r}")
+        value = data[key]
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise DatasetError(f"{path}: unreadable manifest: {key}={repr(value)[:60]}, "
+                               f"expected {kind_name}")
+    try:
         manifest = Manifest.from_json(data)
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        # deeper down in a hand-edited or foreign file: AttributeError where an object is a
+        # list ("splits": {"train": []}), TypeError where a shard lacks a field
         raise DatasetError(f"{path}: unreadable manifest ({type(error).__name__}: {error})") from error
     if manifest.format_version > FORMAT_VERSION:
         raise DatasetError(

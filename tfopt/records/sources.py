@@ -135,6 +135,16 @@ def scan_source(
             input with nothing usable in it.
         InvalidArgumentError: ``label`` names no column or array.
     """
+    src = Path(src)
+    # --from skips detect_kind, and can name a kind that does not fit the path: say so before
+    # a scanner trips on it (IsADirectoryError and kin)
+    if not src.exists():
+        raise SourceError(src, "does not exist")
+    if kind is SourceKind.IMAGES and not src.is_dir():
+        raise SourceError(src, "is a file; an image source is a folder laid out as "
+                          "SRC/<class>/<image>")
+    if kind is SourceKind.CSV and not src.is_file():
+        raise SourceError(src, "is a folder; a CSV source is a .csv or .tsv file with a header row")
     scanner = _SCANNERS[kind]
     return scanner(Path(src).resolve(), label=label, skip_bad=skip_bad,
                    max_size=max_size, quality=quality, check=check)
@@ -547,6 +557,13 @@ def _parses_as(convert, text: str) -> bool:
     return True
 
 
+_INT64 = np.iinfo(np.int64)
+
+
+def _fits_int64(text: str) -> bool:
+    return _INT64.min <= int(text) <= _INT64.max
+
+
 def _scan_csv(src: Path, *, label, skip_bad, max_size, quality, check) -> ScannedSource:
     rows = _csv_rows(src)
     try:
@@ -565,6 +582,8 @@ def _scan_csv(src: Path, *, label, skip_bad, max_size, quality, check) -> Scanne
     is_int = [True] * width
     is_float = [True] * width
     has_empty = [False] * width
+    # the first integer per column beyond int64 (line, text): an int64 feature cannot hold it
+    too_large: list[tuple[int, str] | None] = [None] * width
     label_values = []
     items, sizes, skipped = [], [], []
     for line_number, offset, fields in rows:
@@ -582,6 +601,8 @@ def _scan_csv(src: Path, *, label, skip_bad, max_size, quality, check) -> Scanne
                 continue
             if is_int[column] and not _parses_as(int, text):
                 is_int[column] = False
+            elif is_int[column] and too_large[column] is None and not _fits_int64(text):
+                too_large[column] = (line_number, text)
             if is_float[column] and not is_int[column] and not _parses_as(float, text):
                 is_float[column] = False
         if label_key is not None:
@@ -595,6 +616,11 @@ def _scan_csv(src: Path, *, label, skip_bad, max_size, quality, check) -> Scanne
     features = []
     for column, name in enumerate(header):
         if is_int[column] and not has_empty[column]:
+            if too_large[column] is not None:
+                line_number, text = too_large[column]
+                raise SourceError(src, f"line {line_number}: column {name!r} holds {text[:40]}, "
+                                  f"outside int64 ({_INT64.min} to {_INT64.max}), the integer "
+                                  "type a TFRecord stores")
             kinds.append("int")
             features.append(FeatureSpec(name, FeatureKind.INT64, "int64", [], Encoding.VALUES))
         elif is_float[column] or is_int[column]:

@@ -17,6 +17,7 @@ from tfopt._files import is_temp_file, sha256_file
 from tfopt._progress import Progress
 from tfopt._system import usable_cores
 from tfopt._tf_messages import short_tf_message
+from tfopt._validate import require
 from tfopt.records._files_of import is_gzip, resolve_files, tf_compression_type
 from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME, ShardInfo
 
@@ -117,6 +118,7 @@ def verify(path, *, workers: int | None = None, progress: bool | None = False) -
 
     Raises:
         tfopt.DatasetError: Nothing to verify at ``path``.
+        tfopt.InvalidArgumentError: ``workers`` is below 1.
 
     Example:
         >>> result = verify("shards/")
@@ -126,6 +128,8 @@ def verify(path, *, workers: int | None = None, progress: bool | None = False) -
     files, manifest, notes = resolve_files(path)
     problems: list[Problem] = []
     folder = Path(path)
+    if folder.name == MANIFEST_NAME and folder.is_file():
+        folder = folder.parent  # 'tfopt verify shards/manifest.json' checks the dataset beside it
     if manifest is None and folder.is_dir() and (folder / JOURNAL_NAME).exists():
         problems.append(Problem(str(folder), ProblemKind.INCOMPLETE,
                                 f"no {MANIFEST_NAME}: the conversion was interrupted; finish it "
@@ -149,6 +153,7 @@ def verify(path, *, workers: int | None = None, progress: bool | None = False) -
                 what = ("a leftover temporary file of an interrupted write" if is_temp_file(entry)
                         else "not listed in the manifest")
                 problems.append(Problem(str(entry), ProblemKind.EXTRA, what))
+    require(workers is None or workers >= 1, "workers", workers, "at least 1, or None for all cores")
     workers = workers or usable_cores()
     checked = []
     with Progress(len(jobs), "verify", unit="file",
@@ -176,12 +181,35 @@ def _check_file(file: Path, expected: ShardInfo | None, compression: str | None)
                                     f"SHA-256 {digest[:16]}..., the manifest says "
                                     f"{expected.sha256[:16]}..."))
     count, error = _read_all(file, compression)
+    if error is None and compression is None:
+        trailing = _trailing_bytes(file, count, size)
+        if trailing:
+            error = (f"{trailing} byte(s) after the last whole record: a record cut short, or "
+                     "not a TFRecord file")
     if error is not None:
         problems.append(Problem(str(file), ProblemKind.CORRUPT, error, record=count))
     elif expected is not None and count != expected.num_records:
         problems.append(Problem(str(file), ProblemKind.COUNT,
                                 f"{count} records, the manifest says {expected.num_records}"))
     return ShardCheck(str(file), size, count), problems
+
+
+_RECORD_FRAMING = 16  # bytes around each record's data: length (8), its CRC (4), data CRC (4)
+
+
+def _trailing_bytes(file: Path, records: int, size: int) -> int:
+    """Bytes of an uncompressed TFRecord file after its first ``records`` records.
+
+    TensorFlow's reader ends a file without an error where fewer bytes than a record header
+    are left, so a file cut inside a header (or a few bytes of anything) reads as whole; the
+    record lengths show it. One seek and an 8-byte read per record.
+    """
+    end = 0
+    with open(file, "rb") as handle:
+        for _ in range(records):
+            handle.seek(end)
+            end += int.from_bytes(handle.read(8), "little") + _RECORD_FRAMING
+    return size - end
 
 
 def _read_all(file: Path, compression: str | None) -> tuple[int, str | None]:

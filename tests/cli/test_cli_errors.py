@@ -1,0 +1,183 @@
+"""A user's mistakes on the command line: one line naming what is wrong, the right exit code.
+
+DESIGN.md: a TfoptError is one line on stderr and exit code 1, a usage error exit code 2, never
+a traceback, and nothing already written is lost or left half-written. The runner is called
+with catch_exceptions=False, so an exception that escapes the CLI (a traceback for a user)
+fails the test instead of becoming an exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+
+import pytest
+from click.testing import CliRunner
+from conftest import make_image_folder
+
+import tfopt
+from tfopt.cli import cli
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def one_error_line(result) -> str:
+    """The single 'tfopt: error: ...' line of a failed command."""
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tfopt: error: "), result.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli_errors")
+    out = root / "shards"
+    tfopt.convert(make_image_folder(root / "images", per_class=2), out, workers=1)
+    return out
+
+
+@pytest.fixture
+def copy_of(dataset, tmp_path):
+    def copy():
+        target = tmp_path / "copy"
+        shutil.copytree(dataset, target)
+        return target
+    return copy
+
+
+# -- manifests edited by hand or written by something else ------------------------------------
+
+
+def _edit(manifest_path, change) -> None:
+    data = json.loads(manifest_path.read_text())
+    change(data)
+    manifest_path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("command", ["inspect", "verify"])
+@pytest.mark.parametrize("change, expected", [
+    (lambda d: d.update(splits=[1]), "splits=[1], expected a JSON object"),
+    (lambda d: d.update(format_version="1"), "format_version='1', expected an integer"),
+    (lambda d: d.pop("features"), "missing key 'features'"),
+])
+def test_a_manifest_with_a_wrong_or_missing_key_is_named(copy_of, command, change, expected):
+    folder = copy_of()
+    _edit(folder / "manifest.json", change)
+    line = one_error_line(run(command, folder))
+    assert str(folder / "manifest.json") in line and expected in line
+
+
+def test_a_manifest_that_is_not_a_json_object(copy_of):
+    folder = copy_of()
+    (folder / "manifest.json").write_text("[1, 2]")
+    assert "expected a JSON object, got list" in one_error_line(run("inspect", folder))
+
+
+def test_verify_accepts_the_manifest_file_itself(dataset):
+    result = run("verify", dataset / "manifest.json")
+    assert result.exit_code == 0, result.output
+    assert "OK: every check passed" in result.output
+
+
+# -- verify: files cut where TensorFlow's reader sees no error ----------------------------------
+
+
+def _cut_inside_a_header(shard, keep_records: int, extra: int) -> None:
+    data = shard.read_bytes()
+    end = 0
+    for _ in range(keep_records):
+        end += struct.unpack("<Q", data[end:end + 8])[0] + 16
+    shard.write_bytes(data[:end + extra])
+
+
+def test_verify_finds_a_shard_cut_inside_a_record_header(dataset, tmp_path):
+    shard = tmp_path / "cut.tfrecord"
+    shutil.copy(sorted(dataset.glob("train-*"))[0], shard)
+    _cut_inside_a_header(shard, keep_records=2, extra=5)  # under 12 bytes: read as the end
+    result = run("verify", shard, "--json")
+    assert result.exit_code == 1
+    [problem] = json.loads(result.output)["problems"]
+    assert problem["kind"] == "corrupt" and problem["record"] == 2
+    assert "5 byte(s) after the last whole record" in problem["detail"]
+
+
+def test_verify_refuses_a_text_file(tmp_path):
+    text = tmp_path / "notes.txt"
+    text.write_text("hi\n")
+    result = run("verify", text)
+    assert result.exit_code == 1 and "not a TFRecord file" in result.output
+
+
+# -- option values -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, option", [
+    (["inspect", "{data}", "--sample", "0"], "--sample"),
+    (["inspect", "{data}", "--sample", "-5"], "--sample"),
+    (["verify", "{data}", "--workers", "0"], "--workers"),
+    (["convert", "{images}", "{out}", "--seed", "-1"], "--seed"),
+    (["convert", "{images}", "{out}", "--workers", "-1"], "--workers"),
+    (["demo-data", "{out}", "--seed", "-1"], "--seed"),
+    (["demo-data", "{out}", "--workers", "0"], "--workers"),
+])
+def test_out_of_range_option_values_are_usage_errors(dataset, tmp_path, args, option):
+    values = {"data": dataset, "images": tmp_path, "out": tmp_path / "out"}
+    result = run(*[arg.format(**values) for arg in args])
+    assert result.exit_code == 2 and option in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_library_checks_the_same_values(dataset, tmp_path):
+    with pytest.raises(tfopt.InvalidArgumentError, match="sample=0"):
+        tfopt.inspect(dataset, sample=0)
+    with pytest.raises(tfopt.InvalidArgumentError, match="workers=0"):
+        tfopt.verify(dataset, workers=0)
+    with pytest.raises(tfopt.InvalidArgumentError, match="seed=-1"):
+        tfopt.ConvertOptions(seed=-1)
+    with pytest.raises(tfopt.InvalidArgumentError, match="seed=-1"):
+        tfopt.make_demo_data(tmp_path / "demo", count=10, seed=-1)
+    assert not (tmp_path / "demo").exists()
+
+
+# -- output folders that cannot be made ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["convert", "demo-data"])
+def test_an_output_folder_under_a_file(tmp_path, command):
+    images = make_image_folder(tmp_path / "images", per_class=1)
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("not a folder")
+    args = ([images, blocker / "out", "--workers", 1] if command == "convert"
+            else [blocker / "out", "--count", 10, "--min-size", 16, "--max-size", 16])
+    line = one_error_line(run(command, *args))
+    assert str(blocker / "out") in line and "cannot create the output folder" in line
+    assert blocker.read_text() == "not a folder"
+
+
+# -- sources that do not fit --from ------------------------------------------------------------
+
+
+def test_from_names_a_kind_that_does_not_fit_the_path(tmp_path):
+    images = make_image_folder(tmp_path / "images", per_class=1)
+    table = tmp_path / "table.csv"
+    table.write_text("a,label\n1,0\n")
+    out = tmp_path / "out"
+    line = one_error_line(run("convert", images, out, "--from", "csv"))
+    assert str(images) in line and "a CSV source is a .csv or .tsv file" in line
+    line = one_error_line(run("convert", table, out, "--from", "images"))
+    assert str(table) in line and "an image source is a folder" in line
+    line = one_error_line(run("convert", tmp_path / "missing", out, "--from", "numpy"))
+    assert "missing: does not exist" in line
+    assert not out.exists()
+
+
+def test_a_csv_integer_beyond_int64_is_named_with_its_line_and_column(tmp_path):
+    table = tmp_path / "ids.csv"
+    table.write_text("user_id,label\n1,0\n99999999999999999999999,1\n")
+    line = one_error_line(run("convert", table, tmp_path / "out", "--workers", 1))
+    assert "line 3: column 'user_id' holds 99999999999999999999999, outside int64" in line
+    assert not (tmp_path / "out").exists()
