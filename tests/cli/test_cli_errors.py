@@ -181,3 +181,71 @@ def test_a_csv_integer_beyond_int64_is_named_with_its_line_and_column(tmp_path):
     line = one_error_line(run("convert", table, tmp_path / "out", "--workers", 1))
     assert "line 3: column 'user_id' holds 99999999999999999999999, outside int64" in line
     assert not (tmp_path / "out").exists()
+
+
+# -- bench, tune, data-service: bad values refused before any work --------------------------
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Make every slow step fail the test: a bad value must be refused before it starts."""
+    import tfopt.bench.pipeline
+    import tfopt.bench.train
+    import tfopt.train.batch_size
+
+    def started(*args, **kwargs):
+        raise AssertionError("work started before the bad value was refused")
+
+    for module, name in [(tfopt.bench.pipeline, "run_pipeline_bench"),
+                         (tfopt.bench.train, "make_demo_shards"),
+                         (tfopt.bench.train, "run_train_bench"),
+                         (tfopt.train.batch_size, "load_model_spec"),
+                         (tfopt.train.batch_size, "find_batch_size"),
+                         (tfopt.train.batch_size, "throughput_sweep")]:
+        monkeypatch.setattr(module, name, started)
+
+
+@pytest.mark.parametrize("args, option", [
+    (["bench", "pipeline", "{data}", "--max-batches", "0"], "--max-batches"),
+    (["bench", "pipeline", "{data}", "--max-batches", "-3"], "--max-batches"),
+    (["bench", "pipeline", "{data}", "--batch-size", "0"], "--batch-size"),
+    (["bench", "train", "--image-size", "8"], "--image-size"),
+    (["bench", "train", "--epochs", "0"], "--epochs"),
+    (["bench", "train", "--plot", "{tmp}/chart.txt"], "--plot"),
+    (["bench", "train", "--plot", "{tmp}/no-such-folder/chart.svg"], "--plot"),
+    (["tune", "batch-size", "--image-size", "0"], "--image-size"),
+    (["tune", "batch-size", "--image-size", "4"], "--image-size"),
+    (["tune", "batch-size", "--max", "0"], "--max"),
+    (["tune", "batch-size", "--margin", "0"], "--margin"),
+    (["tune", "batch-size", "--sweep", "8", "--steps", "0"], "--steps"),
+    (["tune", "batch-size", "--sweep", "8", "--tolerance", "1.5"], "--tolerance"),
+    (["data-service", "dispatcher", "--work-dir", "{tmp}/file.txt/journal"], "--work-dir"),
+])
+def test_bad_values_are_usage_errors_before_any_work(no_work, dataset, tmp_path, args, option):
+    (tmp_path / "file.txt").write_text("not a folder")
+    result = run(*[arg.format(data=dataset, tmp=tmp_path) for arg in args])
+    assert result.exit_code == 2, result.output
+    assert option in result.stderr
+
+
+def test_tune_checks_data_before_the_finder(no_work, tmp_path):
+    line = one_error_line(run("tune", "batch-size", "--data", tmp_path / "missing",
+                              "--sweep", "8"))
+    assert str(tmp_path / "missing") in line and "does not exist" in line
+
+
+def test_a_data_service_port_in_use_is_one_line(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))  # noqa: S104 - where gRPC binds
+        taken.listen()
+        port = taken.getsockname()[1]
+        # a real process: a server that did start would serve until killed (the timeout)
+        done = subprocess.run([sys.executable, "-m", "tfopt", "data-service", "dispatcher",
+                               "--port", str(port)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"tfopt: error: --port {port}: the dispatcher did not start" in done.stderr

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import click
 
 from tfopt.bench.service_workers import MAX_SERVICE_WORKERS  # imports no TensorFlow
@@ -26,18 +29,43 @@ def _worker_counts(ctx, param, value):
     return counts
 
 
+# Checked here, before any work: the library checks them too, but only once the benchmark (or,
+# for bench train, the demo data) has run for a minute or more.
+_POSITIVE = click.IntRange(min=1)
+MIN_MODEL_IMAGE_SIZE = 16  # tfopt.bench.models.build_model's floor: the CNN halves it 4 times
+_PLOT_SUFFIXES = (".svg", ".png")  # what tfopt.bench.train.write_sweep_plot writes
+
+
+def _plot_path(ctx, param, value):
+    """Refuse a --plot file that could not be written, before the benchmark runs."""
+    if value is None:
+        return None
+    path = Path(value)
+    if path.suffix.lower() not in _PLOT_SUFFIXES:
+        raise click.BadParameter(f"{value!r}: expected a file ending in "
+                                 f"{' or '.join(_PLOT_SUFFIXES)}")
+    if not path.resolve().parent.is_dir():
+        raise click.BadParameter(f"{value!r}: the folder {str(path.parent)!r} does not exist")
+    if path.suffix.lower() == ".png" and importlib.util.find_spec("matplotlib") is None:
+        raise click.BadParameter(f"{value!r}: a PNG needs matplotlib (pip install "
+                                 "'tfopt[plot]'); or write an SVG, which needs nothing")
+    return value
+
+
 @bench.command("pipeline")
 @click.argument("path")
-@click.option("--batch-size", default=64, show_default=True)
-@click.option("--image-size", default=224, show_default=True, help="Output side, px.")
+@click.option("--batch-size", type=_POSITIVE, default=64, show_default=True)
+@click.option("--image-size", type=_POSITIVE, default=224, show_default=True,
+              help="Output side, px.")
 @click.option("--training/--eval", default=True, show_default=True,
               help="Random-resized crops and shuffling, or central crops.")
-@click.option("--epochs", default=1, show_default=True,
+@click.option("--epochs", type=_POSITIVE, default=1, show_default=True,
               help="Passes per run; later passes show what caching does.")
-@click.option("--repeats", default=3, show_default=True, help="Alternating runs per method.")
+@click.option("--repeats", type=_POSITIVE, default=3, show_default=True,
+              help="Alternating runs per method.")
 @click.option("--cache", type=click.Choice(["auto", "on", "off"]), default="auto",
               show_default=True, help="tfopt's cache setting.")
-@click.option("--max-batches", type=int, help="Cap on batches per epoch (quick runs).")
+@click.option("--max-batches", type=_POSITIVE, help="Cap on batches per epoch (quick runs).")
 @click.option("--split", help="Manifest split [default: train when training].")
 @click.option("--tfopt-source", help="tfopt reads this copy instead (e.g. stored with "
               "convert --max-size): compares it with the others on PATH.")
@@ -88,10 +116,13 @@ def _batch_sizes(ctx, param, value):
 @click.argument("shards", required=False)
 @click.option("--model", type=click.Choice(["cnn", "mlp"]), default="cnn", show_default=True,
               help="Built-in model: a small ResNet-style CNN or an MLP.")
-@click.option("--image-size", default=96, show_default=True, help="Training image side, px.")
-@click.option("--batch-size", default=64, show_default=True)
-@click.option("--epochs", default=2, show_default=True, help="Epochs per run, both methods.")
-@click.option("--repeats", default=2, show_default=True, help="Alternating runs per method.")
+@click.option("--image-size", type=click.IntRange(min=MIN_MODEL_IMAGE_SIZE), default=96,
+              show_default=True, help="Training image side, px.")
+@click.option("--batch-size", type=_POSITIVE, default=64, show_default=True)
+@click.option("--epochs", type=_POSITIVE, default=2, show_default=True,
+              help="Epochs per run, both methods.")
+@click.option("--repeats", type=_POSITIVE, default=2, show_default=True,
+              help="Alternating runs per method.")
 @click.option("--batch-sizes", callback=_batch_sizes,
               help="Comma-separated batch sizes for a tfopt throughput sweep, e.g. 32,64,128.")
 @click.option("--steps-per-execution", type=click.IntRange(min=1),
@@ -100,7 +131,7 @@ def _batch_sizes(ctx, param, value):
 @click.option("--fuse-batch-norm/--keras-batch-norm", default=True, show_default=True,
               help="tfopt's model runs batch normalisation with TensorFlow's fused kernel "
                    "(tfopt.fuse_batch_norm), or as Keras 3 does.")
-@click.option("--plot", type=click.Path(dir_okay=False),
+@click.option("--plot", type=click.Path(dir_okay=False), callback=_plot_path,
               help="Chart the sweep's examples/s against batch size: FILE.svg, or FILE.png with "
                    "matplotlib (tfopt[plot]); without --batch-sizes the sweep is 32,64,128.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")

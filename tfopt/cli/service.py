@@ -9,10 +9,12 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
 import click
 
 from tfopt.cli._common import needs_tensorflow
+from tfopt.errors import TfoptError
 
 STOP_GRACE = 5.0  # seconds a server gets to stop cleanly after Ctrl-C or SIGTERM
 _BIND_NOTE = ("TensorFlow listens on all interfaces whatever --host says (it has no "
@@ -50,6 +52,15 @@ def _serve(server) -> None:
     os._exit(0)
 
 
+def _start(role: str, start, *args, **kwargs):
+    """Start a server; TensorFlow's bare RuntimeError (a port in use) becomes one line."""
+    try:
+        return start(*args, **kwargs)
+    except RuntimeError as error:
+        raise TfoptError(f"--port {kwargs['port']}: the {role} did not start ({error}); the port may be "
+                         "in use: choose another, or 0 for a free one") from None
+
+
 @click.group("data-service")
 def data_service() -> None:
     """Run tf.data service servers that take over a pipeline's preprocessing.
@@ -78,10 +89,18 @@ def dispatcher(port, host, work_dir):
     The first line on stdout is its address (grpc://HOST:PORT): give it to workers
     (--dispatcher) and to the pipeline (service=...).
     """
+    if work_dir is not None:
+        # TensorFlow reports a folder it cannot create as a RuntimeError with a traceback
+        try:
+            Path(work_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise click.BadParameter(f"{work_dir!r}: cannot create the folder ({error.strerror})",
+                                     param_hint="'--work-dir'") from None
     needs_tensorflow()
     from tfopt.data.service import start_dispatcher
 
-    server = start_dispatcher(port=port, host=host, work_dir=work_dir)
+    server = _start("dispatcher", start_dispatcher, port=port, host=host,
+                    work_dir=work_dir)
     click.echo(server.address)
     sys.stdout.flush()  # a parent process reads this line before the server ever exits
     _serve(server)
@@ -102,7 +121,7 @@ def worker(dispatcher_address, port, host):
     needs_tensorflow()
     from tfopt.data.service import start_worker
 
-    server = start_worker(dispatcher_address, port=port, host=host)
+    server = _start("worker", start_worker, dispatcher_address, port=port, host=host)
     click.echo(server.address)
     sys.stdout.flush()
     _serve(server)

@@ -11,6 +11,7 @@ from tfopt.cli._common import ByteSize, echo_json, needs_tensorflow
 
 _BUILTIN_SPEC = "tfopt.train.batch_size:_builtin_model"
 _DEFAULT_CLASSES = 10
+_MIN_CNN_IMAGE_SIZE = 8  # tfopt.train.batch_size's tiny CNN: three 2x2 poolings
 
 
 def _batch_sizes(ctx, param, value):
@@ -42,6 +43,8 @@ def tune():
     """Settings chosen by experiment on this machine."""
 
 
+# Ranges are click types, checked before any work: the library checks --steps and --tolerance
+# only when the sweep starts, after the finder's minutes.
 @tune.command("batch-size")
 @click.option("--model", "model_spec", metavar="MODULE:FUNCTION",
               help="A function that returns a compiled Keras model (the current folder is "
@@ -50,19 +53,21 @@ def tune():
               help="A tiny built-in model instead [default: cnn when --model is not given].")
 @click.option("--data", metavar="SHARDS",
               help="tfopt shards for the sweep [default: random uint8 images].")
-@click.option("--image-size", default=96, show_default=True,
+@click.option("--image-size", type=click.IntRange(min=1), default=96, show_default=True,
               help="Image side, px, of the built-in models and of --data batches.")
-@click.option("--max", "max_batch_size", default=4096, show_default=True,
-              help="Largest batch size tried.")
+@click.option("--max", "max_batch_size", type=click.IntRange(min=1), default=4096,
+              show_default=True, help="Largest batch size tried.")
 @click.option("--memory-budget", type=ByteSize(),
               help="Memory a step may use, standing in for GPU memory (e.g. 2GB) [default: "
               "half the RAM available on a CPU-only machine, none with a GPU].")
-@click.option("--margin", default=0.9, show_default=True,
-              help="Fraction of the largest batch that fits to recommend.")
+@click.option("--margin", type=click.FloatRange(0, 1, min_open=True), default=0.9,
+              show_default=True, help="Fraction of the largest batch that fits to recommend.")
 @click.option("--sweep", callback=_batch_sizes, metavar="SIZES",
               help="Also time these batch sizes, e.g. 32,64,128.")
-@click.option("--steps", default=10, show_default=True, help="Timed steps per swept size.")
-@click.option("--tolerance", default=0.05, show_default=True,
+@click.option("--steps", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Timed steps per swept size.")
+@click.option("--tolerance", type=click.FloatRange(0, 1, max_open=True), default=0.05,
+              show_default=True,
               help="The sweep picks the smallest batch within this fraction of the best.")
 @click.option("--find/--no-find", default=True, show_default=True,
               help="Search for the largest batch that fits.")
@@ -81,10 +86,19 @@ def batch_size(model_spec, builtin, data, image_size, max_batch_size, memory_bud
         raise click.UsageError("give --model or --builtin, not both")
     if not find and not sweep:
         raise click.UsageError("--no-find needs --sweep: nothing to do otherwise")
+    if not model_spec and (builtin or "cnn") == "cnn" and image_size < _MIN_CNN_IMAGE_SIZE:
+        raise click.BadParameter(f"{image_size}: the built-in cnn needs at least "
+                                 f"{_MIN_CNN_IMAGE_SIZE} px (it halves the image three times)",
+                                 param_hint="'--image-size'")
     if "tensorflow" not in sys.modules:
         # TensorFlow's CPU allocator keeps complete memory statistics only in this mode; it
         # must be chosen before TensorFlow starts (see tfopt.train.batch_size)
         os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "1")
+    if data:
+        # before the finder's minutes: otherwise a wrong path surfaces only in the sweep
+        from tfopt.records._files_of import resolve_files
+
+        resolve_files(data)  # DatasetError: missing, empty, or an unreadable manifest
     needs_tensorflow()
     from tfopt.train.batch_size import (
         find_batch_size,
