@@ -9,7 +9,8 @@ The work, in order:
 5. Write the manifest last, atomically, and drop the journal.
 
 On a bad item (default ``on_error="raise"``) everything this run wrote is removed: no partial
-dataset is left behind. Ctrl-C keeps finished shards and the journal for ``--resume``.
+dataset is left behind. Ctrl-C, or a shard-writing process that dies (OOM killer), keeps finished
+shards and the journal for ``--resume``.
 """
 
 from __future__ import annotations
@@ -239,8 +240,10 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
     fingerprint = _fingerprint(scanned, options, tasks)
     created = _prepare_output(dst, options)
     journal = _Journal(dst / JOURNAL_NAME)
+    # outside the try: a refused resume (other options, changed input) must leave the
+    # interrupted run's shards and journal alone, for a rerun with the right options
+    done = _resumable_results(journal, fingerprint, tasks, dst) if options.resume else {}
     try:
-        done = _resumable_results(journal, fingerprint, tasks, dst) if options.resume else {}
         journal.start(fingerprint, keep=bool(done))
         todo = [task for task in tasks if task.file not in done]
         if done:
@@ -249,6 +252,8 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
         with Progress(total_items, "convert", unit="rec",
                       enabled=progress) as bar:
             _run_tasks(todo, dst, options.workers, journal, done, bar)
+    except _WorkerDied:
+        raise  # an interruption too; its message says that finished shards are kept
     except (Cancelled, KeyboardInterrupt):
         logger.warning("interrupted: finished shards are kept; run again with --resume")
         raise
@@ -321,11 +326,33 @@ def _shard_count(split, indices, splits, item_bytes, options) -> int:
     return max(1, min(len(indices), max(by_size, enough_files)))
 
 
+# The files whose size and modification time the fingerprint holds, by source kind. Image
+# folders: none, their sizes are the item sizes already (one more stat per image is not worth it).
+_STAMPED_FILES = {
+    SourceKind.IMAGES: lambda config: [],
+    SourceKind.NUMPY: lambda config: sorted({ref["file"] for ref in config["refs"]}),
+    SourceKind.CSV: lambda config: [config["path"]],
+}
+
+
 def _fingerprint(scanned: ScannedSource, options: ConvertOptions, tasks) -> str:
-    """A hash of everything that decides the output, to refuse resuming a different job."""
+    """A hash of everything that decides the output, to refuse resuming a different job.
+
+    Besides the options and the plan: the schema and reader settings (an array added to a folder
+    of .npy files keeps every row index), every item's size (an image replaced under its name),
+    and the size and modification time of array and CSV files (a value edited in place changes
+    nothing else that the scan sees).
+    """
+    stamps = [(file, os.stat(file).st_size, os.stat(file).st_mtime_ns)
+              for file in _STAMPED_FILES[scanned.kind](scanned.reader_config)]
     digest = hashlib.sha256()
     digest.update(json.dumps({"source": scanned.path, "kind": scanned.kind.value,
-                              "options": options.plan_fields()}, sort_keys=True).encode())
+                              "options": options.plan_fields(),
+                              "features": [spec.to_json() for spec in scanned.features],
+                              "class_names": scanned.class_names,
+                              "reader_config": scanned.reader_config,
+                              "item_bytes": scanned.item_bytes, "files": stamps},
+                             sort_keys=True).encode())
     for task in tasks:
         digest.update(json.dumps([task.file, task.items]).encode())
     return digest.hexdigest()
@@ -438,7 +465,8 @@ def _resumable_results(journal: _Journal, fingerprint: str, tasks, dst: Path) ->
     if old_fingerprint != fingerprint:
         raise DatasetError(
             f"{dst}: the interrupted conversion had another source or other options (seed, "
-            "shards, split, compression...); rerun it with the same ones, or use --overwrite"
+            "shards, split, compression...), or the input changed since (files added, removed "
+            "or edited); resume with the same source, input and options, or use --overwrite"
         )
     kept = {}
     planned = {task.file for task in tasks}
@@ -555,16 +583,22 @@ def _run_tasks(tasks, dst: Path, workers: int, journal: _Journal, done: dict, ba
         _drain(queue, bar)
     except concurrent.futures.process.BrokenProcessPool as error:
         _stop_all(stop, local, executor)
-        raise TfoptError(
-            "a shard-writing process died (killed, or out of memory?). When calling "
-            "tfopt.convert from a script, put the call under  if __name__ == '__main__':  "
-            "(worker processes are spawned and re-import the script)") from error
+        raise _WorkerDied(
+            "a shard-writing process died (killed, or out of memory?); the shards finished so "
+            "far are kept: run again with --resume. When calling tfopt.convert from a script, "
+            "put the call under  if __name__ == '__main__':  (worker processes are spawned and "
+            "re-import the script)") from error
     except BaseException:
         _stop_all(stop, local, executor)
         raise
     # every shard is in: let the idle workers exit on their own (their TensorFlow teardown
     # takes ~0.5 s) instead of making the caller wait for it
     executor.shutdown(wait=False)
+
+
+class _WorkerDied(TfoptError):
+    """A shard-writing process died (OOM killer, kill -9): an interruption, like Ctrl-C, so the
+    finished shards and the journal stay for ``--resume`` instead of being discarded."""
 
 
 def _stop_all(stop, local: _LocalWriter, executor) -> None:

@@ -1,0 +1,140 @@
+"""Durability of convert, resume and verify under interruptions, changed inputs and damage."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import encode_jpeg, make_image_folder, random_pixels
+
+import tfopt
+from tfopt.records import convert as convert_module
+from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME
+
+
+def _interrupt_after(monkeypatch, shards: int) -> None:
+    """Make the next one-process ``convert`` stop like Ctrl-C once ``shards`` shards are done."""
+    real = convert_module.write_shard
+    written = []
+
+    def write_then_interrupt(task, folder, **kwargs):
+        if len(written) == shards:
+            raise KeyboardInterrupt
+        written.append(task.file)
+        return real(task, folder, **kwargs)
+
+    monkeypatch.setattr(convert_module, "write_shard", write_then_interrupt)
+
+
+def _interrupted(monkeypatch, src, out, shards_done: int, **options) -> dict:
+    """Convert ``src`` into ``out`` until ``shards_done`` shards are written; return the folder."""
+    with monkeypatch.context() as patch:
+        _interrupt_after(patch, shards_done)
+        with pytest.raises(KeyboardInterrupt):
+            tfopt.convert(src, out, workers=1, **options)
+    assert not (out / MANIFEST_NAME).exists()
+    return {path.name: path.read_bytes() for path in out.iterdir()}
+
+
+def test_a_refused_resume_keeps_the_interrupted_work(image_folder, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    options = dict(shards=4, seed=1)
+    before = _interrupted(monkeypatch, image_folder, out, 2, **options)
+    assert JOURNAL_NAME in before and len(before) == 3
+    # another seed plans shards of the same names: refused, and nothing of the first run deleted
+    with pytest.raises(tfopt.DatasetError, match="other options"):
+        tfopt.convert(image_folder, out, workers=1, resume=True, seed=2, shards=4)
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+    result = tfopt.convert(image_folder, out, workers=1, resume=True, **options)
+    assert result.resumed_shards == 2
+    assert tfopt.verify(out).ok
+
+
+def _add_array(src: Path) -> None:
+    np.save(src / "extra.npy", np.arange(30, dtype=np.int32))
+
+
+def _edit_csv_cell(src: Path) -> None:
+    # the same length, so every row keeps its line and byte offset
+    src.write_text(src.read_text().replace("2.5", "3.5"))
+
+
+def _replace_image(src: Path) -> None:
+    (src / "cat" / "002.jpg").write_bytes(encode_jpeg(random_pixels(7, 30, 30)))
+
+
+def _numpy_source(tmp_path: Path) -> Path:
+    src = tmp_path / "arrays"
+    src.mkdir()
+    np.save(src / "x.npy", np.arange(60, dtype=np.float32).reshape(30, 2))
+    np.save(src / "label.npy", np.arange(30) % 3)
+    return src
+
+
+def _csv_source(tmp_path: Path) -> Path:
+    src = tmp_path / "table.csv"
+    src.write_text("a,b,label\n" + "".join(f"{i},{i % 7}.5,{i % 3}\n" for i in range(30)))
+    return src
+
+
+@pytest.mark.parametrize("make_source, change", [
+    (_numpy_source, _add_array),
+    (_csv_source, _edit_csv_cell),
+    (lambda tmp_path: make_image_folder(tmp_path / "images"), _replace_image),
+], ids=["array-added", "csv-cell-edited", "image-replaced"])
+def test_resume_refuses_an_input_that_changed_since_the_interruption(
+        tmp_path, monkeypatch, make_source, change):
+    src = make_source(tmp_path)
+    out = tmp_path / "out"
+    before = _interrupted(monkeypatch, src, out, 1, shards=3)
+    change(src)
+    with pytest.raises(tfopt.DatasetError, match="input changed"):
+        tfopt.convert(src, out, workers=1, shards=3, resume=True)
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+
+
+def _spawned_children(pid: int) -> list[int]:
+    """Worker processes of ``pid`` (multiprocessing's spawn children, not its resource tracker)."""
+    children = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (proc / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == pid and b"spawn_main" in command:
+            children.append(int(proc.name))
+    return children
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the worker process in /proc")
+def test_a_killed_worker_process_keeps_the_work_for_resume(tmp_path):
+    src = make_image_folder(tmp_path / "images", per_class=8)
+    out = tmp_path / "out"
+    args = ["--shards", "9", "--seed", "3", "--workers", "2", "-q"]
+    command = [sys.executable, "-m", "tfopt", "convert", str(src), str(out), *args]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    # kill the worker process (as the OOM killer would) as soon as it exists: the shards handed
+    # to it can then never arrive, however fast the main process writes its own
+    while not (workers := _spawned_children(process.pid)):
+        assert process.poll() is None and time.monotonic() < deadline, "no worker process seen"
+        time.sleep(0.005)
+    os.kill(workers[0], signal.SIGKILL)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 1, stderr
+    assert "process died" in stderr and "--resume" in stderr
+    assert (out / JOURNAL_NAME).exists() and not (out / MANIFEST_NAME).exists()
+
+    resumed = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    reference = tfopt.convert(src, tmp_path / "reference", workers=1, shards=9, seed=3)
+    assert ([shard.sha256 for shard in tfopt.read_manifest(out).shards]
+            == [shard.sha256 for shard in reference.manifest.shards])
+    assert tfopt.verify(out).ok
