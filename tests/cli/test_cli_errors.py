@@ -249,3 +249,28 @@ def test_a_data_service_port_in_use_is_one_line(tmp_path):
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert f"tfopt: error: --port {port}: the dispatcher did not start" in done.stderr
+
+
+def test_bench_pipeline_checks_tfopt_source_before_the_runs(no_work, dataset, tmp_path):
+    line = one_error_line(run("bench", "pipeline", dataset, "--tfopt-source",
+                              tmp_path / "missing"))
+    assert str(tmp_path / "missing") in line and "does not exist" in line
+
+
+def test_interrupted_demo_data_leaves_no_folder_that_looks_whole(tmp_path, monkeypatch):
+    import tfopt.records.demo_data as demo_data
+
+    write_images = demo_data._write_images
+    calls = []
+
+    def write_then_interrupt(*args):
+        calls.append(args)
+        if len(calls) == 2:  # after the first 50 images are on disk
+            raise KeyboardInterrupt
+        return write_images(*args)
+
+    monkeypatch.setattr(demo_data, "_write_images", write_then_interrupt)
+    result = run("demo-data", tmp_path / "images", "--count", 100, "--workers", 1,
+                 "--min-size", 16, "--max-size", 16)
+    assert result.exit_code == 1 and len(calls) == 2  # click: "Aborted!"
+    assert list(tmp_path.iterdir()) == []  # neither images/ nor its temporary folder

@@ -85,6 +85,12 @@ def pipeline(path, batch_size, image_size, training, epochs, repeats, cache, max
     needs_tensorflow()
     from tfopt.bench.pipeline import BenchSettings, run_pipeline_bench
 
+    if tfopt_source:
+        # the benchmark opens it only at tfopt's first turn, after the other methods' runs
+        from tfopt.records._files_of import resolve_files
+
+        resolve_files(tfopt_source)  # DatasetError: missing, empty, or an unreadable manifest
+
     settings = BenchSettings(
         source=path, batch_size=batch_size, image_size=image_size, training=training,
         epochs=epochs, repeats=repeats, cache={"auto": "auto", "on": True, "off": False}[cache],

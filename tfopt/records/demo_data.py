@@ -14,11 +14,13 @@ import dataclasses
 import functools
 import multiprocessing
 import os
+import shutil
 import time
 from pathlib import Path
 
 import numpy as np
 
+from tfopt._files import fsync_dir, temp_path_for
 from tfopt._progress import Progress
 from tfopt._system import usable_cores
 from tfopt.errors import InvalidArgumentError, OutputExistsError, TfoptError
@@ -152,7 +154,8 @@ def make_demo_data(dst, count: int = 3000, classes: int = 10, seed: int = 0,
     The same arguments give the same files, whatever ``workers`` is.
 
     Args:
-        dst: The folder to create.
+        dst: The folder to create. A new folder appears under this name only once every
+            image is written.
         count: Total images, split evenly over the classes. Defaults to 3000.
         classes: Number of classes, 2 to 10. Defaults to 10.
         seed: Changes every image. Defaults to 0.
@@ -186,8 +189,13 @@ def make_demo_data(dst, count: int = 3000, classes: int = 10, seed: int = 0,
         raise OutputExistsError(f"{dst}: exists and is not a folder")
     if dst.exists() and any(dst.iterdir()) and not overwrite:
         raise OutputExistsError(f"{dst}: is not empty; pass --overwrite to write demo images into it")
+    # a new folder is filled under a temporary name and renamed once every image is in: an
+    # interrupted run leaves no folder that looks like a whole dataset (convert would take it
+    # for one); a folder that exists (empty, or --overwrite) is written in place
+    staged = not dst.exists()
+    target = temp_path_for(dst) if staged else dst
     try:
-        dst.mkdir(parents=True, exist_ok=True)
+        target.mkdir(parents=True, exist_ok=True)
     except OSError as error:  # a parent is a file, or not writable: before any worker starts
         raise TfoptError(f"{dst}: cannot create the output folder ({error.strerror}); "
                          "choose a folder that can be created") from None
@@ -196,19 +204,28 @@ def make_demo_data(dst, count: int = 3000, classes: int = 10, seed: int = 0,
     names = list(CLASS_NAMES[:classes])
     chunks = [range(start, min(start + _CHUNK, count)) for start in range(0, count, _CHUNK)]
     total_bytes = 0
-    with Progress(count, "demo-data", unit="img",
-                  enabled=progress) as bar:
-        if workers <= 1 or len(chunks) == 1:
-            for chunk in chunks:
-                total_bytes += _write_images(str(dst), names, chunk, seed, min_size, max_size)
-                bar.update(len(chunk))
-        else:
-            context = multiprocessing.get_context("spawn")
-            with concurrent.futures.ProcessPoolExecutor(min(workers, len(chunks)),
-                                                        mp_context=context) as pool:
-                futures = {pool.submit(_write_images, str(dst), names, chunk, seed, min_size,
-                                       max_size): len(chunk) for chunk in chunks}
-                for future in concurrent.futures.as_completed(futures):
-                    total_bytes += future.result()
-                    bar.update(futures[future])
+    try:
+        with Progress(count, "demo-data", unit="img",
+                      enabled=progress) as bar:
+            if workers <= 1 or len(chunks) == 1:
+                for chunk in chunks:
+                    total_bytes += _write_images(str(target), names, chunk, seed, min_size,
+                                                 max_size)
+                    bar.update(len(chunk))
+            else:
+                context = multiprocessing.get_context("spawn")
+                with concurrent.futures.ProcessPoolExecutor(min(workers, len(chunks)),
+                                                            mp_context=context) as pool:
+                    futures = {pool.submit(_write_images, str(target), names, chunk, seed,
+                                           min_size, max_size): len(chunk) for chunk in chunks}
+                    for future in concurrent.futures.as_completed(futures):
+                        total_bytes += future.result()
+                        bar.update(futures[future])
+        if staged:
+            os.replace(target, dst)
+            fsync_dir(dst.parent)
+    except BaseException:
+        if staged:
+            shutil.rmtree(target, ignore_errors=True)
+        raise
     return DemoDataResult(dst, count, names, total_bytes, time.perf_counter() - started)
