@@ -274,3 +274,30 @@ def test_interrupted_demo_data_leaves_no_folder_that_looks_whole(tmp_path, monke
                  "--min-size", 16, "--max-size", 16)
     assert result.exit_code == 1 and len(calls) == 2  # click: "Aborted!"
     assert list(tmp_path.iterdir()) == []  # neither images/ nor its temporary folder
+
+
+# -- monitor's log files -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    import sys
+
+    from tfopt.gpu.testing import FakeGpu, make_fake_nvml
+
+    monkeypatch.setitem(sys.modules, "pynvml", make_fake_nvml([FakeGpu()]))
+
+
+@pytest.mark.parametrize("option", ["--csv", "--jsonl"])
+def test_monitor_log_in_a_missing_folder(fake_gpu, tmp_path, option):
+    log = tmp_path / "no-such-folder" / "gpu.log"
+    line = one_error_line(run("monitor", "--count", 1, option, log))
+    assert f"{option} {log}: cannot open it for appending (No such file or directory)" in line
+
+
+def test_monitor_csv_that_is_not_text(fake_gpu, tmp_path):
+    log = tmp_path / "gpu.csv"
+    log.write_bytes(b"\x00\x97\xff binary")
+    line = one_error_line(run("monitor", "--count", 1, "--csv", log))
+    assert "exists and is not a CSV file" in line
+    assert log.read_bytes() == b"\x00\x97\xff binary"  # untouched

@@ -39,20 +39,40 @@ class _SampleFiles:
         self._csv_file = self._jsonl_file = self._csv = None
         if csv_path is not None:
             write_header = self._check_csv_header(csv_path)
-            self._csv_file = open(csv_path, "a", newline="", encoding="utf-8")
+            self._csv_file = self._open("--csv", csv_path, newline="")
             self._csv = csv.writer(self._csv_file)
-            if write_header:
-                self._csv.writerow(CSV_FIELDS)
         if jsonl_path is not None:
-            self._jsonl_file = open(jsonl_path, "a", encoding="utf-8")
+            try:
+                self._jsonl_file = self._open("--jsonl", jsonl_path)
+            except InvalidArgumentError:
+                self.close()
+                raise
+        if csv_path is not None and write_header:  # once both files are open
+            self._csv.writerow(CSV_FIELDS)
+
+    @staticmethod
+    def _open(option: str, path: Path, **kwargs):
+        # a missing folder is the usual mistake: one line naming the option, not a traceback
+        try:
+            return open(path, "a", encoding="utf-8", **kwargs)
+        except OSError as error:
+            raise InvalidArgumentError(f"{option} {path}: cannot open it for appending "
+                                       f"({error.strerror}); give a file in a folder that "
+                                       "exists") from None
 
     @staticmethod
     def _check_csv_header(path: Path) -> bool:
         """True when the file needs a header; raise if it has someone else's."""
         if not path.exists() or path.stat().st_size == 0:
             return True
-        with open(path, newline="", encoding="utf-8") as file:
-            first = next(csv.reader(file), [])
+        try:
+            with open(path, newline="", encoding="utf-8") as file:
+                first = next(csv.reader(file), [])
+        except (UnicodeDecodeError, csv.Error) as error:  # not a CSV file at all
+            raise InvalidArgumentError(
+                f"--csv {path}: the file exists and is not a CSV file ({error}); appending "
+                "would mix formats. Give a new file name."
+            ) from None
         if tuple(first) != CSV_FIELDS:
             raise InvalidArgumentError(
                 f"--csv {path}: the file exists with other columns ({','.join(first)[:80]}); "
