@@ -138,3 +138,27 @@ def test_a_killed_worker_process_keeps_the_work_for_resume(tmp_path):
     assert ([shard.sha256 for shard in tfopt.read_manifest(out).shards]
             == [shard.sha256 for shard in reference.manifest.shards])
     assert tfopt.verify(out).ok
+
+
+def test_a_truncated_npy_file_is_named_instead_of_failing_in_a_worker(tmp_path):
+    src = tmp_path / "arrays"
+    src.mkdir()
+    np.save(src / "x.npy", np.ones((50, 8), np.float32))
+    np.save(src / "label.npy", np.arange(50))
+    data = (src / "x.npy").read_bytes()
+    (src / "x.npy").write_bytes(data[: len(data) // 2])  # a copy cut short
+    with pytest.raises(tfopt.SourceError, match=r"x\.npy: truncated: .*\(1,600 bytes of data\), the file holds 736"):
+        tfopt.convert(src, tmp_path / "out", workers=1)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_damaged_compressed_npz_member_is_named(tmp_path):
+    src = tmp_path / "arrays.npz"
+    rng = np.random.default_rng(0)
+    np.savez_compressed(src, x=rng.random((50, 16)), label=np.arange(50))  # x: ~6 KB, first
+    data = bytearray(src.read_bytes())
+    data[1000:1010] = bytes(10)
+    src.write_bytes(bytes(data))
+    with pytest.raises(tfopt.SourceError, match=r"\[key 'x'\]: cannot be read, corrupt archive"):
+        tfopt.convert(src, tmp_path / "out", workers=1)
+    assert not (tmp_path / "out").exists()

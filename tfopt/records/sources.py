@@ -19,6 +19,7 @@ import logging
 import math
 import os
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -343,6 +344,17 @@ def _read_npy_header(handle, where: str) -> tuple[tuple, np.dtype, bool]:
     return tuple(shape), dtype, fortran
 
 
+def _require_data(where: str, shape: tuple, dtype: np.dtype, available: int) -> None:
+    """Refuse an array whose file holds less data than its header says (a copy cut short):
+    memory-mapping it would fail later, in a worker, with a bare ValueError."""
+    if dtype.hasobject:
+        return  # pickled: no fixed size, and refused as Python objects anyway
+    needed = math.prod(shape) * dtype.itemsize
+    if available < needed:
+        raise SourceError(where, f"truncated: its header says {dtype} of shape {shape} "
+                          f"({needed:,} bytes of data), the file holds {max(available, 0):,}")
+
+
 def _npz_refs(path: Path) -> list[_ArrayRef]:
     refs = []
     try:
@@ -358,6 +370,7 @@ def _npz_refs(path: Path) -> list[_ArrayRef]:
             with archive.open(info) as member:
                 shape, dtype, fortran = _read_npy_header(member, where)
                 header_length = member.tell()
+            _require_data(where, shape, dtype, info.file_size - header_length)
             offset = None
             if info.compress_type == zipfile.ZIP_STORED:
                 # local file header: 30 bytes, then the name and an extra field of its own length
@@ -372,6 +385,7 @@ def _npy_ref(path: Path) -> _ArrayRef:
     with open(path, "rb") as handle:
         shape, dtype, fortran = _read_npy_header(handle, str(path))
         offset = handle.tell()
+        _require_data(str(path), shape, dtype, os.fstat(handle.fileno()).st_size - offset)
     return _ArrayRef(path.stem, str(path), None, shape, dtype.str, fortran, offset)
 
 
@@ -458,8 +472,13 @@ def _load_array(ref: _ArrayRef) -> np.ndarray:
         return np.load(ref.file, allow_pickle=False)
     # a compressed .npz member: it has to be inflated into memory
     logger.info("%s: %s is compressed; loading it into memory", ref.file, ref.member)
-    with zipfile.ZipFile(ref.file) as archive, archive.open(ref.member) as member:
-        return np.lib.format.read_array(io.BufferedReader(member), allow_pickle=False)
+    try:
+        with zipfile.ZipFile(ref.file) as archive, archive.open(ref.member) as member:
+            return np.lib.format.read_array(io.BufferedReader(member), allow_pickle=False)
+    except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, OSError) as error:
+        # damaged compressed data shows only here, when inflated (a bad CRC, a cut stream)
+        raise SourceError(f"{ref.file} [key {ref.key!r}]",
+                          f"cannot be read, corrupt archive ({error})") from None
 
 
 def _labels_from_values(values: np.ndarray, key: str, where: Path):
