@@ -301,3 +301,13 @@ def test_monitor_csv_that_is_not_text(fake_gpu, tmp_path):
     line = one_error_line(run("monitor", "--count", 1, "--csv", log))
     assert "exists and is not a CSV file" in line
     assert log.read_bytes() == b"\x00\x97\xff binary"  # untouched
+
+
+def test_data_service_run_on_its_own_reports_errors_in_one_line():
+    # python -m tfopt.cli.service, and the benchmark's server processes, run the group alone
+    from tfopt.cli.service import data_service
+
+    result = CliRunner().invoke(data_service, ["worker", "--dispatcher", "garbage"],
+                                catch_exceptions=False)
+    line = one_error_line(result)
+    assert "dispatcher='garbage'" in line

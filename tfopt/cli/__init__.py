@@ -3,7 +3,7 @@
 Each command group lives in its own module (``records``, ``gpu``, ...) and exposes ``COMMANDS``.
 Command modules import TensorFlow only inside the command bodies, so ``tfopt --help`` answers
 without it. Errors the user can cause (:class:`tfopt.TfoptError`) become one line on stderr and
-exit code 1, here and only here; click's usage errors keep exit code 2.
+exit code 1 in one place, ``_common.TfoptGroup``; click's usage errors keep exit code 2.
 """
 
 from __future__ import annotations
@@ -15,24 +15,13 @@ import sys
 import click
 
 from tfopt._version import __version__
-from tfopt.errors import TfoptError
+from tfopt.cli._common import TfoptGroup
 
 _COMMAND_MODULES = ("tfopt.cli.records", "tfopt.cli.bench", "tfopt.cli.tune", "tfopt.cli.launch",
                     "tfopt.cli.service", "tfopt.cli.gpu")
 
 
-class _TfoptGroup(click.Group):
-    """A click group that reports TfoptError as a one-line message with exit code 1."""
-
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except TfoptError as error:
-            click.echo(f"tfopt: error: {error}", err=True)
-            ctx.exit(1)
-
-
-@click.group(cls=_TfoptGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100, "terminal_width": 100})
+@click.group(cls=TfoptGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100, "terminal_width": 100})
 @click.version_option(__version__, prog_name="tfopt")
 @click.option("-v", "--verbose", count=True, help="Log more (-v info, -vv debug) on stderr.")
 def cli(verbose: int) -> None:

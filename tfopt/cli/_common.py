@@ -8,10 +8,26 @@ import re
 import click
 
 from tfopt._text import human_bytes, table  # noqa: F401  (re-exported for commands)
+from tfopt.errors import TfoptError
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
           "ki": 1 << 10, "mi": 1 << 20, "gi": 1 << 30, "ti": 1 << 40}
+
+
+class TfoptGroup(click.Group):
+    """A click group that reports TfoptError as a one-line message with exit code 1.
+
+    The ``tfopt`` group uses it, and so does any group that is also run on its own
+    (``python -m tfopt.cli.service``, the benchmark's service server processes).
+    """
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except TfoptError as error:
+            click.echo(f"tfopt: error: {error}", err=True)
+            ctx.exit(1)
 
 
 class ByteSize(click.ParamType):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from tfopt.cli._common import needs_tensorflow
+from tfopt.cli._common import TfoptGroup, needs_tensorflow
 from tfopt.errors import TfoptError
 
 STOP_GRACE = 5.0  # seconds a server gets to stop cleanly after Ctrl-C or SIGTERM
@@ -57,11 +57,11 @@ def _start(role: str, start, *args, **kwargs):
     try:
         return start(*args, **kwargs)
     except RuntimeError as error:
-        raise TfoptError(f"--port {kwargs['port']}: the {role} did not start ({error}); the port may be "
-                         "in use: choose another, or 0 for a free one") from None
+        raise TfoptError(f"--port {kwargs['port']}: the {role} did not start ({error}); the "
+                         "port may be in use: choose another, or 0 for a free one") from None
 
 
-@click.group("data-service")
+@click.group("data-service", cls=TfoptGroup)
 def data_service() -> None:
     """Run tf.data service servers that take over a pipeline's preprocessing.
 
