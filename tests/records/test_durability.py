@@ -162,3 +162,68 @@ def test_a_damaged_compressed_npz_member_is_named(tmp_path):
     with pytest.raises(tfopt.SourceError, match=r"\[key 'x'\]: cannot be read, corrupt archive"):
         tfopt.convert(src, tmp_path / "out", workers=1)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_conversion_interrupted_before_its_first_shard_is_called_incomplete(
+        image_folder, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    _interrupted(monkeypatch, image_folder, out, 0, shards=2)
+    for command in (tfopt.verify, tfopt.inspect):
+        with pytest.raises(tfopt.DatasetError, match="incomplete dataset.*--resume"):
+            command(out)
+
+
+def _edit_manifest(dataset: Path, edit) -> None:
+    import json
+
+    path = dataset / MANIFEST_NAME
+    data = json.loads(path.read_text())
+    edit(data["splits"]["train"]["shards"])
+    path.write_text(json.dumps(data))
+
+
+@pytest.fixture
+def dataset(image_folder, tmp_path) -> Path:
+    out = tmp_path / "out"
+    tfopt.convert(image_folder, out, workers=1, shards=3)
+    return out
+
+
+def test_a_shard_listed_twice_is_a_problem(dataset):
+    _edit_manifest(dataset, lambda shards: shards.append(dict(shards[0])))
+    result = tfopt.verify(dataset)
+    assert [(p.kind.value, Path(p.file).name) for p in result.problems] == [
+        ("duplicate", "train-00000-of-00003.tfrecord")]
+    assert "twice" in result.problems[0].detail
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("file", "../elsewhere/train-00000-of-00003.tfrecord", "a file name in the dataset folder"),
+    ("num_records", "ten", "expected int"),
+    ("sha256", None, "expected str"),
+])
+def test_a_hand_edited_shard_entry_is_named_by_verify_and_inspect(dataset, field, value, expected):
+    _edit_manifest(dataset, lambda shards: shards[0].update({field: value}))
+    for command in (tfopt.verify, tfopt.inspect):
+        with pytest.raises(tfopt.DatasetError, match=f"unreadable manifest.*{field}.*{expected}"):
+            command(dataset)
+
+
+def test_a_folder_where_a_shard_should_be_is_reported_not_raised(dataset):
+    shard = dataset / "train-00001-of-00003.tfrecord"
+    shard.unlink()
+    shard.mkdir()
+    result = tfopt.verify(dataset)
+    assert [(p.kind.value, Path(p.file).name) for p in result.problems] == [
+        ("missing", shard.name)]
+    with pytest.raises(tfopt.DatasetError, match="missing"):
+        tfopt.inspect(dataset)
+
+
+def test_inspect_notes_a_count_that_differs_from_the_manifest(dataset):
+    manifest = tfopt.read_manifest(dataset)
+    (dataset / manifest.shards[2].file).write_bytes(b"")  # an empty file reads without an error
+    info = tfopt.inspect(dataset)
+    assert info.num_records == manifest.num_records - manifest.shards[2].num_records
+    assert any(f"the manifest says {manifest.num_records}" in note and "tfopt verify" in note
+               for note in info.notes)

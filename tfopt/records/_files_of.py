@@ -58,5 +58,8 @@ def resolve_files(path) -> tuple[list[Path], Manifest | None, list[str]]:
                    if entry.is_file() and not entry.name.startswith(".")
                    and entry.name != MANIFEST_NAME)
     if not files:
+        if (path / JOURNAL_NAME).exists():  # killed before its first shard: still say what it is
+            raise DatasetError(f"{path}: incomplete dataset: a conversion was interrupted before "
+                               "it finished a shard; finish it with 'tfopt convert ... --resume'")
         raise DatasetError(f"{path}: no files in this folder")
     return files, None, notes

@@ -30,6 +30,17 @@ class ShardInfo:
     num_bytes: int
     sha256: str
 
+    def __post_init__(self):
+        # a hand-edited manifest is refused here, named by read_manifest, instead of failing
+        # deep in verify or inspect; a shard outside the folder would be read from anywhere
+        for name, kind in (("file", str), ("num_records", int), ("num_bytes", int),
+                           ("sha256", str)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, kind):
+                raise TypeError(f"shard {name}={value!r}: expected {kind.__name__}")
+        if Path(self.file).name != self.file or self.file in ("", ".", ".."):
+            raise ValueError(f"shard file={self.file!r}: expected a file name in the dataset folder")
+
 
 @dataclasses.dataclass(frozen=True)
 class SplitInfo:

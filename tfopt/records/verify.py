@@ -29,6 +29,7 @@ class ProblemKind(str, enum.Enum):
     COUNT = "count"  # record count differs from the manifest
     CORRUPT = "corrupt"  # a record fails its CRC or is cut short
     EXTRA = "extra"  # a file in the folder that the manifest does not list
+    DUPLICATE = "duplicate"  # a shard the manifest lists twice: readers would read it twice
     INCOMPLETE = "incomplete"  # an interrupted conversion: journal, no manifest
 
 
@@ -140,13 +141,19 @@ def verify(path, *, workers: int | None = None, progress: bool | None = False) -
         jobs = [(file, None, "gzip" if is_gzip(file) else None) for file in files]
     else:
         jobs = []
+        listed_before = set()
         for shard in manifest.shards:
             file = folder / shard.file
-            if file.exists():
+            if shard.file in listed_before:
+                problems.append(Problem(str(file), ProblemKind.DUPLICATE, "listed twice in the "
+                                        "manifest: every epoch would read its records twice"))
+            elif file.is_file():  # not exists(): a folder under a shard's name is missing too
                 jobs.append((file, shard, manifest.compression))
             else:
                 problems.append(Problem(str(file), ProblemKind.MISSING, "listed in the manifest, "
-                                        "not on disk"))
+                                        "not on disk" + (" (a folder is there)" if file.exists()
+                                                         else "")))
+            listed_before.add(shard.file)
         listed = {shard.file for shard in manifest.shards} | {MANIFEST_NAME}
         for entry in sorted(folder.iterdir()):
             if entry.name not in listed:
