@@ -118,6 +118,7 @@ def test_verify_refuses_a_text_file(tmp_path):
 @pytest.mark.parametrize("args, option", [
     (["inspect", "{data}", "--sample", "0"], "--sample"),
     (["inspect", "{data}", "--sample", "-5"], "--sample"),
+    (["inspect", "{data}", "--sample", str(1 << 63)], "--sample"),  # beyond take()'s int64
     (["verify", "{data}", "--workers", "0"], "--workers"),
     (["convert", "{images}", "{out}", "--seed", "-1"], "--seed"),
     (["convert", "{images}", "{out}", "--workers", "-1"], "--workers"),
@@ -219,6 +220,8 @@ def no_work(monkeypatch):
     (["tune", "batch-size", "--margin", "0"], "--margin"),
     (["tune", "batch-size", "--sweep", "8", "--steps", "0"], "--steps"),
     (["tune", "batch-size", "--sweep", "8", "--tolerance", "1.5"], "--tolerance"),
+    (["tune", "batch-size", "--sweep", "8", "--tolerance", "nan"], "--tolerance"),
+    (["tune", "batch-size", "--margin", "nan"], "--margin"),
     (["data-service", "dispatcher", "--work-dir", "{tmp}/file.txt/journal"], "--work-dir"),
 ])
 def test_bad_values_are_usage_errors_before_any_work(no_work, dataset, tmp_path, args, option):

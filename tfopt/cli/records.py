@@ -6,6 +6,7 @@ import click
 
 from tfopt.cli._common import ByteSize, echo_json, human_bytes, needs_tensorflow, table
 
+_INT64_MAX = (1 << 63) - 1  # TensorFlow's take() counts records in int64
 _quiet = click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 _json = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
 
@@ -92,7 +93,7 @@ def convert(src, dst, quiet, as_json, **options):
 @click.command("inspect")
 @click.argument("path")
 @click.option("--fast", is_flag=True, help="Take record counts from the manifest.")
-@click.option("--sample", type=click.IntRange(min=1), default=64, show_default=True,
+@click.option("--sample", type=click.IntRange(1, _INT64_MAX), default=64, show_default=True,
               help="Records read to infer the schema.")
 @_quiet
 @_json

@@ -27,6 +27,13 @@ def _batch_sizes(ctx, param, value):
     return sizes
 
 
+def _not_nan(ctx, param, value):
+    # click's FloatRange lets nan through (every comparison with it is False)
+    if value != value:
+        raise click.BadParameter("nan: expected a number")
+    return value
+
+
 def _classes_of(data) -> int:
     """The class count of a tfopt dataset (its manifest), for a built-in model's last layer."""
     from tfopt.records.manifest import read_manifest
@@ -61,13 +68,13 @@ def tune():
               help="Memory a step may use, standing in for GPU memory (e.g. 2GB) [default: "
               "half the RAM available on a CPU-only machine, none with a GPU].")
 @click.option("--margin", type=click.FloatRange(0, 1, min_open=True), default=0.9,
-              show_default=True, help="Fraction of the largest batch that fits to recommend.")
+              callback=_not_nan, show_default=True, help="Fraction of the largest batch that fits to recommend.")
 @click.option("--sweep", callback=_batch_sizes, metavar="SIZES",
               help="Also time these batch sizes, e.g. 32,64,128.")
 @click.option("--steps", type=click.IntRange(min=1), default=10, show_default=True,
               help="Timed steps per swept size.")
 @click.option("--tolerance", type=click.FloatRange(0, 1, max_open=True), default=0.05,
-              show_default=True,
+              callback=_not_nan, show_default=True,
               help="The sweep picks the smallest batch within this fraction of the best.")
 @click.option("--find/--no-find", default=True, show_default=True,
               help="Search for the largest batch that fits.")
