@@ -231,10 +231,14 @@ def test_bad_values_are_usage_errors_before_any_work(no_work, dataset, tmp_path,
     assert option in result.stderr
 
 
-def test_tune_checks_data_before_the_finder(no_work, tmp_path):
+def test_tune_checks_data_before_the_finder(no_work, dataset, tmp_path):
     line = one_error_line(run("tune", "batch-size", "--data", tmp_path / "missing",
                               "--sweep", "8"))
     assert str(tmp_path / "missing") in line and "does not exist" in line
+    bare = tmp_path / "bare"  # shards without their manifest: the pipeline refuses them
+    shutil.copytree(dataset, bare, ignore=shutil.ignore_patterns("manifest.json"))
+    line = one_error_line(run("tune", "batch-size", "--data", bare, "--sweep", "8"))
+    assert str(bare) in line and "no manifest.json" in line
 
 
 def test_a_data_service_port_in_use_is_one_line(tmp_path):
@@ -258,6 +262,9 @@ def test_bench_pipeline_checks_tfopt_source_before_the_runs(no_work, dataset, tm
     line = one_error_line(run("bench", "pipeline", dataset, "--tfopt-source",
                               tmp_path / "missing"))
     assert str(tmp_path / "missing") in line and "does not exist" in line
+    line = one_error_line(run("bench", "pipeline", dataset, "--tfopt-source", dataset,
+                              "--split", "validation"))  # the split the others read is absent
+    assert "validation" in line
 
 
 def test_interrupted_demo_data_leaves_no_folder_that_looks_whole(tmp_path, monkeypatch):

@@ -87,9 +87,10 @@ def pipeline(path, batch_size, image_size, training, epochs, repeats, cache, max
 
     if tfopt_source:
         # the benchmark opens it only at tfopt's first turn, after the other methods' runs
-        from tfopt.records._files_of import resolve_files
+        from tfopt.data.pipeline import PipelineBuilder
 
-        resolve_files(tfopt_source)  # DatasetError: missing, empty, or an unreadable manifest
+        PipelineBuilder(tfopt_source, batch_size=batch_size, training=training,
+                        image_size=image_size, split=split, repeat=True)
 
     settings = BenchSettings(
         source=path, batch_size=batch_size, image_size=image_size, training=training,

@@ -101,12 +101,13 @@ def batch_size(model_spec, builtin, data, image_size, max_batch_size, memory_bud
         # TensorFlow's CPU allocator keeps complete memory statistics only in this mode; it
         # must be chosen before TensorFlow starts (see tfopt.train.batch_size)
         os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "1")
-    if data:
-        # before the finder's minutes: otherwise a wrong path surfaces only in the sweep
-        from tfopt.records._files_of import resolve_files
-
-        resolve_files(data)  # DatasetError: missing, empty, or an unreadable manifest
     needs_tensorflow()
+    if data:
+        # opened before the finder's minutes: a source the sweep cannot read (missing, no
+        # manifest, no images) would otherwise surface only when the sweep starts
+        from tfopt.data.pipeline import PipelineBuilder
+
+        PipelineBuilder(data, batch_size=1, training=True, image_size=image_size, repeat=True)
     from tfopt.train.batch_size import (
         find_batch_size,
         load_model_spec,
