@@ -255,7 +255,7 @@ def test_a_data_service_port_in_use_is_one_line(tmp_path):
                                "--port", str(port)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
-    assert f"tfopt: error: --port {port}: the dispatcher did not start" in done.stderr
+    assert f"tfopt: error: the tf.data service dispatcher did not start on port {port}" in done.stderr
 
 
 def test_bench_pipeline_checks_tfopt_source_before_the_runs(no_work, dataset, tmp_path):

@@ -120,3 +120,22 @@ def test_cli_group_lists_its_commands_and_says_where_it_listens():
     assert "--host" in result.output and "all interfaces" in result.output
     result = runner.invoke(data_service, ["worker"])
     assert result.exit_code == 2 and "--dispatcher" in result.output
+
+
+def test_a_server_that_cannot_start_is_a_clear_error(tmp_path):
+    import socket
+
+    from tfopt.data.service import start_dispatcher, start_worker
+    from tfopt.errors import TfoptError
+
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(TfoptError, match=f"dispatcher did not start on port {port}"):
+            start_dispatcher(port=port)
+        with pytest.raises(TfoptError, match=f"worker did not start on port {port}"):
+            start_worker("grpc://localhost:1", port=port)
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(InvalidArgumentError, match="work_dir=.*a_file/journal.*cannot create"):
+        start_dispatcher(work_dir=str(tmp_path / "a_file" / "journal"))

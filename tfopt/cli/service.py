@@ -14,7 +14,6 @@ from pathlib import Path
 import click
 
 from tfopt.cli._common import TfoptGroup, needs_tensorflow
-from tfopt.errors import TfoptError
 
 STOP_GRACE = 5.0  # seconds a server gets to stop cleanly after Ctrl-C or SIGTERM
 _BIND_NOTE = ("TensorFlow listens on all interfaces whatever --host says (it has no "
@@ -50,15 +49,6 @@ def _serve(server) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
-
-
-def _start(role: str, start, *args, **kwargs):
-    """Start a server; TensorFlow's bare RuntimeError (a port in use) becomes one line."""
-    try:
-        return start(*args, **kwargs)
-    except RuntimeError as error:
-        raise TfoptError(f"--port {kwargs['port']}: the {role} did not start ({error}); the "
-                         "port may be in use: choose another, or 0 for a free one") from None
 
 
 @click.group("data-service", cls=TfoptGroup)
@@ -99,8 +89,7 @@ def dispatcher(port, host, work_dir):
     needs_tensorflow()
     from tfopt.data.service import start_dispatcher
 
-    server = _start("dispatcher", start_dispatcher, port=port, host=host,
-                    work_dir=work_dir)
+    server = start_dispatcher(port=port, host=host, work_dir=work_dir)
     click.echo(server.address)
     sys.stdout.flush()  # a parent process reads this line before the server ever exits
     _serve(server)
@@ -121,7 +110,7 @@ def worker(dispatcher_address, port, host):
     needs_tensorflow()
     from tfopt.data.service import start_worker
 
-    server = _start("worker", start_worker, dispatcher_address, port=port, host=host)
+    server = start_worker(dispatcher_address, port=port, host=host)
     click.echo(server.address)
     sys.stdout.flush()
     _serve(server)

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import re
 
 import tensorflow as tf
 
-from tfopt.errors import InvalidArgumentError
+from tfopt.errors import InvalidArgumentError, TfoptError
 
 logger = logging.getLogger("tfopt")
 
@@ -96,6 +97,8 @@ def start_dispatcher(port: int = 0, host: str = DEFAULT_HOST,
 
     Raises:
         tfopt.InvalidArgumentError: ``port`` outside 0-65535.
+        tfopt.InvalidArgumentError: ``work_dir`` cannot be created.
+        tfopt.TfoptError: The server did not start (the port is in use).
 
     Example:
         >>> dispatcher = start_dispatcher()
@@ -103,10 +106,17 @@ def start_dispatcher(port: int = 0, host: str = DEFAULT_HOST,
         'grpc://localhost:40123'
     """
     _check_port(port)
+    if work_dir is not None:
+        # TensorFlow reports a folder it cannot create as a bare RuntimeError
+        try:
+            os.makedirs(work_dir, exist_ok=True)
+        except OSError as error:
+            raise InvalidArgumentError(f"work_dir={str(work_dir)!r}: cannot create the folder "
+                                       f"({error.strerror})") from None
     config = tf.data.experimental.service.DispatcherConfig(
         port=port, protocol=PROTOCOL, work_dir=work_dir,
         fault_tolerant_mode=work_dir is not None)
-    server = tf.data.experimental.service.DispatchServer(config)
+    server = _started("dispatcher", port, lambda: tf.data.experimental.service.DispatchServer(config))
     address = f"{PROTOCOL}://{host}:{_port_of(server.target)}"
     logger.info("tf.data service dispatcher at %s", address)
     return ServiceServer("dispatcher", address, server)
@@ -124,6 +134,7 @@ def start_worker(dispatcher: str, port: int = 0, host: str = DEFAULT_HOST) -> Se
 
     Raises:
         tfopt.InvalidArgumentError: A malformed ``dispatcher`` address or ``port``.
+        tfopt.TfoptError: The server did not start (the port is in use).
 
     Example:
         >>> worker = start_worker("grpc://localhost:40123")
@@ -133,10 +144,19 @@ def start_worker(dispatcher: str, port: int = 0, host: str = DEFAULT_HOST) -> Se
     config = tf.data.experimental.service.WorkerConfig(
         dispatcher_address=target, worker_address=f"{host}:%port%", port=port,
         protocol=PROTOCOL, data_transfer_address=f"{host}:%dts_port%")
-    server = tf.data.experimental.service.WorkerServer(config)
+    server = _started("worker", port, lambda: tf.data.experimental.service.WorkerServer(config))
     address = f"{PROTOCOL}://{host}:{_port_of(server._address)}"  # noqa: SLF001
     logger.info("tf.data service worker at %s, dispatcher %s", address, target)
     return ServiceServer("worker", address, server)
+
+
+def _started(role: str, port: int, start):
+    """``start()``, with TensorFlow's bare RuntimeError (port in use, folder not made) as one line."""
+    try:
+        return start()
+    except RuntimeError as error:
+        raise TfoptError(f"the tf.data service {role} did not start on port {port} ({error}); "
+                         "the port may be in use: choose another, or 0 for a free one") from None
 
 
 def _check_port(port: int) -> None:
