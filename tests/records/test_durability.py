@@ -227,3 +227,14 @@ def test_inspect_notes_a_count_that_differs_from_the_manifest(dataset):
     assert info.num_records == manifest.num_records - manifest.shards[2].num_records
     assert any(f"the manifest says {manifest.num_records}" in note and "tfopt verify" in note
                for note in info.notes)
+
+
+def test_a_journal_left_beside_the_manifest_is_stale_not_a_problem(dataset, image_folder):
+    # a kill between writing the manifest and removing the journal
+    (dataset / JOURNAL_NAME).write_text('{"journal": 1, "fingerprint": "x"}\n')
+    result = tfopt.verify(dataset)
+    assert result.ok, result.problems
+    assert any(JOURNAL_NAME in note and "complete" in note for note in result.notes)
+    with pytest.raises(tfopt.OutputExistsError, match="--overwrite") as refused:
+        tfopt.convert(image_folder, dataset, workers=1, shards=3)
+    assert "--resume" not in str(refused.value)

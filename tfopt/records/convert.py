@@ -409,8 +409,9 @@ def _prepare_output(dst: Path, options: ConvertOptions) -> bool:
             if is_temp_file(entry):
                 entry.unlink(missing_ok=True)  # left by a killed worker
         return False
+    # a journal beside a manifest is stale (killed between the two writes): nothing to resume
     hint = ("finish the interrupted conversion with --resume, or start again with --overwrite"
-            if has_journal else "pass --overwrite to replace the dataset there")
+            if has_journal and not has_manifest else "pass --overwrite to replace the dataset there")
     raise OutputExistsError(f"{dst}: is not empty ({len(entries)} entries); {hint}")
 
 

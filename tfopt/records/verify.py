@@ -156,7 +156,12 @@ def verify(path, *, workers: int | None = None, progress: bool | None = False) -
             listed_before.add(shard.file)
         listed = {shard.file for shard in manifest.shards} | {MANIFEST_NAME}
         for entry in sorted(folder.iterdir()):
-            if entry.name not in listed:
+            if entry.name == JOURNAL_NAME:
+                # the manifest is written first, then the journal removed: a kill (or power cut)
+                # between the two leaves a complete dataset with a stale journal
+                notes.append(f"{entry}: journal of a conversion stopped right after it wrote "
+                             f"{MANIFEST_NAME}; the dataset is complete and the journal can go")
+            elif entry.name not in listed:
                 what = ("a leftover temporary file of an interrupted write" if is_temp_file(entry)
                         else "not listed in the manifest")
                 problems.append(Problem(str(entry), ProblemKind.EXTRA, what))
