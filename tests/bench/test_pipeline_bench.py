@@ -50,3 +50,10 @@ def test_eval_settings_and_the_cli_json(demo_shards):
     assert data["settings"]["training"] is False
     bad = CliRunner().invoke(cli, ["bench", "pipeline", str(demo_shards), "--methods", "guide"])
     assert bad.exit_code == 1 and "tfopt included" in bad.output
+
+
+@pytest.mark.parametrize("field", [{"max_batches": 0}, {"max_batches": -3}, {"epochs": 0},
+                                   {"repeats": 0}])
+def test_bench_settings_refuse_counts_below_one(field):
+    with pytest.raises(tfopt.InvalidArgumentError, match=next(iter(field))):
+        BenchSettings("unused", **field)

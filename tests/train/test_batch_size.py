@@ -325,3 +325,10 @@ def test_isolated_search(model_module):
                              start=256, max_batch_size=512)
     assert sizes(result) == [256, 512] and result.capped
     assert result.memory_measure == "isolated"
+
+
+def test_builtin_model_needs_eight_pixels():
+    from tfopt.train.batch_size import _builtin_model
+
+    with pytest.raises(InvalidArgumentError, match="image_size=4: expected an int of at least 8"):
+        _builtin_model("cnn", image_size=4)

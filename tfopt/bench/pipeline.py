@@ -91,6 +91,9 @@ class BenchSettings:
     def __post_init__(self):
         if self.epochs < 1 or self.repeats < 1:
             raise InvalidArgumentError(f"epochs={self.epochs}, repeats={self.repeats}: expected >= 1")
+        if self.max_batches is not None and self.max_batches < 1:
+            raise InvalidArgumentError(f"max_batches={self.max_batches!r}: expected None (whole "
+                                       "epochs) or at least 1")
         counts = tuple(self.service_workers or ())
         if not all(isinstance(count, int) and 0 <= count <= MAX_SERVICE_WORKERS
                    for count in counts):

@@ -471,6 +471,8 @@ def _builtin_model(name: str, image_size: int = 32, classes: int = 10):
 
     if name not in _BUILTINS:
         raise InvalidArgumentError(f"builtin={name!r}: expected one of {', '.join(_BUILTINS)}")
+    if not isinstance(image_size, int) or image_size < 8:  # the cnn halves it three times
+        raise InvalidArgumentError(f"image_size={image_size!r}: expected an int of at least 8 px")
     layers = keras.layers
     inputs = keras.Input((image_size, image_size, 3), dtype="uint8")
     x = layers.Rescaling(1 / 255)(inputs)
