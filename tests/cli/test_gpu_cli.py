@@ -273,3 +273,10 @@ def test_real_doctor_json_subprocess():
         assert checks["NVIDIA driver"]["status"] in ("WARN", "FAIL")
         assert tf_facts["visible_gpus"] == 0
         assert checks["TF sees GPUs"]["status"] == "WARN"
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "0", "-1"])
+def test_monitor_interval_must_be_a_positive_finite_number(value):
+    result = invoke("monitor", "-n", value, "--count", "1")
+    assert result.exit_code == 2
+    assert "'-n' / '--interval'" in result.output

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import sys
 import time
@@ -103,9 +104,16 @@ class _SampleFiles:
                 file.close()
 
 
+def _finite(context, parameter, value):
+    """Refuse inf and nan, which pass click's FloatRange (nan compares false with any bound)."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value!r}: expected a finite number of seconds, e.g. 1")
+    return value
+
+
 @click.command()
 @click.option("-n", "--interval", type=click.FloatRange(min=0, min_open=True), default=1.0,
-              show_default=True, help="Seconds between samples.")
+              callback=_finite, show_default=True, help="Seconds between samples.")
 @click.option("--count", type=click.IntRange(min=1), default=None,
               help="Take this many samples, then exit. Default: until Ctrl-C.")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path),
