@@ -238,3 +238,13 @@ def test_a_journal_left_beside_the_manifest_is_stale_not_a_problem(dataset, imag
     with pytest.raises(tfopt.OutputExistsError, match="--overwrite") as refused:
         tfopt.convert(image_folder, dataset, workers=1, shards=3)
     assert "--resume" not in str(refused.value)
+
+
+def test_a_stray_text_cell_in_a_column_of_numbers_is_named_in_a_warning(tmp_path, caplog):
+    src = tmp_path / "table.csv"
+    src.write_text("name,b,label\nann,2.5,0\nbob,n/a,1\ncid,4.5,0\n")
+    result = tfopt.convert(src, tmp_path / "out", workers=1)
+    assert result.manifest.feature("b").kind.value == "bytes"  # documented: inferred as text
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1, warnings  # not for 'name', text from its first cell
+    assert f"{src}: column 'b' is read as text: line 3 holds 'n/a' after 1 number(s)" in warnings[0]

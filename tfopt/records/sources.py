@@ -603,6 +603,10 @@ def _scan_csv(src: Path, *, label, skip_bad, max_size, quality, check) -> Scanne
     has_empty = [False] * width
     # the first integer per column beyond int64 (line, text): an int64 feature cannot hold it
     too_large: list[tuple[int, str] | None] = [None] * width
+    # per column: numbers before its first cell that is not one (line, text); one stray cell
+    # ("n/a", "1,5") turns a column of numbers into text, which is worth a warning
+    numbers = [0] * width
+    first_text: list[tuple[int, str] | None] = [None] * width
     label_values = []
     items, sizes, skipped = [], [], []
     for line_number, offset, fields in rows:
@@ -624,6 +628,9 @@ def _scan_csv(src: Path, *, label, skip_bad, max_size, quality, check) -> Scanne
                 too_large[column] = (line_number, text)
             if is_float[column] and not is_int[column] and not _parses_as(float, text):
                 is_float[column] = False
+                first_text[column] = (line_number, text)
+            if is_float[column]:
+                numbers[column] += 1
         if label_key is not None:
             label_values.append(fields[header.index(label_key)])
         items.append((line_number, offset))
@@ -646,6 +653,12 @@ def _scan_csv(src: Path, *, label, skip_bad, max_size, quality, check) -> Scanne
             kinds.append("float")  # empty cells become NaN
             features.append(FeatureSpec(name, FeatureKind.FLOAT, "float32", [], Encoding.VALUES))
         else:
+            if numbers[column]:
+                line_number, text = first_text[column]
+                logger.warning("%s: column %r is read as text: line %d holds %r after %d "
+                               "number(s); if the column holds numbers, fix that cell (an empty "
+                               "cell becomes NaN)", src, name, line_number, text[:40],
+                               numbers[column])
             kinds.append("text")
             features.append(FeatureSpec(name, FeatureKind.BYTES, "string", [], Encoding.TEXT))
 
