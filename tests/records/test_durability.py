@@ -248,3 +248,18 @@ def test_a_stray_text_cell_in_a_column_of_numbers_is_named_in_a_warning(tmp_path
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1, warnings  # not for 'name', text from its first cell
     assert f"{src}: column 'b' is read as text: line 3 holds 'n/a' after 1 number(s)" in warnings[0]
+
+
+def test_entries_after_a_torn_journal_line_are_kept(image_folder, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    options = dict(shards=5, seed=1)
+    _interrupted(monkeypatch, image_folder, out, 2, **options)
+    journal = out / JOURNAL_NAME
+    journal.write_bytes(journal.read_bytes()[:-30])  # killed while it wrote its last line
+    with monkeypatch.context() as patch:  # a second interruption, one shard later
+        _interrupt_after(patch, 1)
+        with pytest.raises(KeyboardInterrupt):
+            tfopt.convert(image_folder, out, workers=1, resume=True, **options)
+    result = tfopt.convert(image_folder, out, workers=1, resume=True, **options)
+    assert result.resumed_shards == 2  # the first untorn one and the one written after the tear
+    assert tfopt.verify(out).ok

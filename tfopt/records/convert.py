@@ -438,6 +438,11 @@ class _Journal:
 
     def start(self, fingerprint: str, keep: bool) -> None:
         if keep:
+            if not self.path.read_bytes().endswith(b"\n"):
+                # a kill tore the last line: without a line break the next entry would join
+                # it and be lost too
+                with open(self.path, "ab") as handle:
+                    handle.write(b"\n")
             return
         self.path.write_text(json.dumps({"journal": _JOURNAL_VERSION,
                                          "fingerprint": fingerprint}) + "\n", encoding="utf-8")
