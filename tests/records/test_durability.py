@@ -33,7 +33,8 @@ def _interrupt_after(monkeypatch, shards: int) -> None:
 
 
 def _interrupted(monkeypatch, src, out, shards_done: int, **options) -> dict:
-    """Convert ``src`` into ``out`` until ``shards_done`` shards are written; return the folder."""
+    """Convert ``src`` into ``out`` until ``shards_done`` shards are written, then stop as
+    Ctrl-C does; return the folder's files and their bytes."""
     with monkeypatch.context() as patch:
         _interrupt_after(patch, shards_done)
         with pytest.raises(KeyboardInterrupt):
