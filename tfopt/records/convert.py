@@ -232,17 +232,19 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
         options = options.replace(**option_values)
     started = time.perf_counter()
     src, dst = Path(src), Path(dst)
+    _refuse_nested(src, dst)
     kind = SourceKind(options.source_format) if options.source_format else detect_kind(src)
     skip_bad = options.on_error == OnError.SKIP.value
     scanned = scan_source(src, kind, label=options.label, skip_bad=skip_bad,
                           max_size=options.max_size, quality=options.quality, check=options.check)
     tasks = plan_shards(scanned, options)
     fingerprint = _fingerprint(scanned, options, tasks)
-    created = _prepare_output(dst, options)
-    journal = _Journal(dst / JOURNAL_NAME)
+    output = _prepare_output(dst, options)
+    work = output.folder  # dst, or the staging folder beside it while an --overwrite runs
+    journal = _Journal(work / JOURNAL_NAME)
     # outside the try: a refused resume (other options, changed input) must leave the
     # interrupted run's shards and journal alone, for a rerun with the right options
-    done = _resumable_results(journal, fingerprint, tasks, dst) if options.resume else {}
+    done = _resumable_results(journal, fingerprint, tasks, work) if options.resume else {}
     try:
         journal.start(fingerprint, keep=bool(done))
         todo = [task for task in tasks if task.file not in done]
@@ -251,21 +253,44 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
         total_items = sum(len(task.items) for task in todo)
         with Progress(total_items, "convert", unit="rec",
                       enabled=progress) as bar:
-            _run_tasks(todo, dst, options.workers, journal, done, bar)
+            _run_tasks(todo, work, options.workers, journal, done, bar)
     except _WorkerDied:
         raise  # an interruption too; its message says that finished shards are kept
-    except (Cancelled, KeyboardInterrupt):
-        logger.warning("interrupted: finished shards are kept; run again with --resume")
+    except (Cancelled, KeyboardInterrupt) as error:
+        kept = f"; {dst} keeps its dataset until then" if output.staged else ""
+        logger.warning("interrupted: finished shards are kept; run again with --resume%s", kept)
+        error.tfopt_reported = True  # the CLI prints nothing more
         raise
     except BaseException:
-        _discard_output(dst, tasks, created)
+        _discard_output(work, tasks, output.created)
         raise
     manifest = _build_manifest(scanned, options, tasks, done, src)
-    write_manifest(dst, manifest)
-    journal.remove()
-    fsync_dir(dst)
+    if output.staged:
+        _swap_in(work, dst, manifest)
+    else:
+        write_manifest(dst, manifest)
+        journal.remove()
+        fsync_dir(dst)
     resumed = len(tasks) - len(todo)
     return ConvertResult(dst, manifest, time.perf_counter() - started, resumed)
+
+
+def _refuse_nested(src: Path, dst: Path) -> None:
+    """Refuse a destination inside the source or the other way round (symlinks resolved): the
+    next scan of the source would read the dataset, or the dataset folder hold the source."""
+    real_src, real_dst = src.resolve(), dst.resolve()
+
+    def shown(path: Path, real: Path) -> str:
+        return str(path) if path.absolute() == real else f"{path} (= {real})"
+
+    if real_dst == real_src or real_src in real_dst.parents:
+        raise InvalidArgumentError(
+            f"destination {shown(dst, real_dst)} is inside the source {shown(src, real_src)}; "
+            "choose a destination outside it")
+    if real_dst in real_src.parents:
+        raise InvalidArgumentError(
+            f"source {shown(src, real_src)} is inside the destination {shown(dst, real_dst)}; "
+            "choose a destination outside it")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -367,20 +392,63 @@ def _is_ours(path: Path) -> bool:
             or is_temp_file(path))
 
 
-def _prepare_output(dst: Path, options: ConvertOptions) -> bool:
-    """Check and clean the output folder; return True when this run created it."""
+# While an --overwrite runs, the new dataset grows in a hidden staging folder beside DST (same
+# file system, so moving a shard in is a rename) and the old one stays whole in DST; the swap at
+# the end moves the old files into a second hidden folder, the new ones in, writes the manifest
+# last and only then removes the old files.
+_STAGING_SUFFIX = ".tfopt-new"
+_OLD_SUFFIX = ".tfopt-old"
+_OLD_MOVED = ".tfopt-all-moved"  # in the old folder: every old file left DST, new ones may follow
+
+
+def _beside(dst: Path, suffix: str) -> Path:
+    real = dst.resolve()
+    return real.parent / f".{real.name}{suffix}"
+
+
+def staging_folder(dst) -> Path:
+    """The hidden folder beside ``dst`` where ``convert(..., overwrite=True)`` writes."""
+    return _beside(Path(dst), _STAGING_SUFFIX)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Output:
+    folder: Path  # where the shards and the journal go
+    created: bool  # made by this run: removed again if the run fails on bad input
+    staged: bool  # the staging folder of an --overwrite, swapped into dst at the end
+
+
+def _prepare_output(dst: Path, options: ConvertOptions) -> _Output:
+    """Check and clean the output folder; say where this run writes."""
     if dst.exists() and not dst.is_dir():
         raise OutputExistsError(f"{dst}: exists and is not a folder")
+    _finish_or_undo_swap(dst)
+    staging = staging_folder(dst)
+    if staging.is_dir() and options.resume:
+        logger.warning("resuming the interrupted --overwrite in %s; %s keeps the old dataset "
+                       "until the new one is complete", staging, dst)
+        _refuse_foreign(staging)
+        for entry in staging.iterdir():
+            if is_temp_file(entry):
+                entry.unlink(missing_ok=True)  # left by a killed worker
+        return _Output(staging, created=True, staged=True)
+    if staging.exists():
+        if not options.overwrite:
+            raise OutputExistsError(
+                f"{dst}: an interrupted --overwrite left its new shards in {staging}; finish "
+                "it with --resume, or start again with --overwrite")
+        _remove_ours(staging)
+        logger.warning("removed %s, left by an interrupted --overwrite", staging)
     if not dst.exists():
         try:
             dst.mkdir(parents=True)
         except OSError as error:  # a parent is a file, or not writable
             raise TfoptError(f"{dst}: cannot create the output folder ({error.strerror}); "
                              "choose a folder that can be created") from None
-        return True
+        return _Output(dst, created=True, staged=False)
     entries = sorted(dst.iterdir())
     if not entries:
-        return False
+        return _Output(dst, created=False, staged=False)
     foreign = [entry.name for entry in entries if not _is_ours(entry)]
     has_manifest = (dst / MANIFEST_NAME).exists()
     has_journal = (dst / JOURNAL_NAME).exists()
@@ -394,13 +462,15 @@ def _prepare_output(dst: Path, options: ConvertOptions) -> bool:
         raise OutputExistsError(f"{dst}: is not empty ({len(entries)} entries, e.g. "
                                 f"{foreign[0]}); choose an empty or new folder")
     if options.overwrite:
-        # the manifest goes first, so a crash half-way leaves a folder marked incomplete
-        for name in (MANIFEST_NAME, JOURNAL_NAME):
-            (dst / name).unlink(missing_ok=True)
-        for entry in entries:
-            entry.unlink(missing_ok=True)
-        fsync_dir(dst)
-        return False
+        # the old dataset stays whole in dst until the new one is complete (see _swap_in)
+        try:
+            staging.mkdir()
+        except OSError as error:
+            raise TfoptError(f"{staging}: cannot create the staging folder for --overwrite "
+                             f"({error.strerror}); the folder holding {dst} must be "
+                             "writable") from None
+        fsync_dir(staging.parent)
+        return _Output(staging, created=True, staged=True)
     if options.resume:
         if has_manifest:
             raise OutputExistsError(f"{dst}: already holds a complete dataset ({MANIFEST_NAME}); "
@@ -408,11 +478,89 @@ def _prepare_output(dst: Path, options: ConvertOptions) -> bool:
         for entry in entries:
             if is_temp_file(entry):
                 entry.unlink(missing_ok=True)  # left by a killed worker
-        return False
+        return _Output(dst, created=False, staged=False)
     # a journal beside a manifest is stale (killed between the two writes): nothing to resume
     hint = ("finish the interrupted conversion with --resume, or start again with --overwrite"
             if has_journal and not has_manifest else "pass --overwrite to replace the dataset there")
     raise OutputExistsError(f"{dst}: is not empty ({len(entries)} entries); {hint}")
+
+
+def _refuse_foreign(folder: Path) -> None:
+    foreign = [entry.name for entry in folder.iterdir()
+               if not _is_ours(entry) and entry.name != _OLD_MOVED]
+    if foreign:
+        raise OutputExistsError(f"{folder}: holds files tfopt did not write "
+                                f"({', '.join(sorted(foreign)[:3])}); move them out first")
+
+
+def _remove_ours(folder: Path) -> None:
+    """Remove the files tfopt wrote in ``folder``, then the folder; never anything else."""
+    _refuse_foreign(folder)
+    for entry in folder.iterdir():
+        entry.unlink(missing_ok=True)
+    folder.rmdir()
+    fsync_dir(folder.parent)
+
+
+def _move_all(source: Path, target: Path, names) -> None:
+    for name in names:
+        os.replace(source / name, target / name)
+
+
+def _ours_in(folder: Path) -> list[str]:
+    """Names of tfopt's files in ``folder``, the manifest first (a folder without it is
+    incomplete, so moving it first marks the folder so for the rest of the move)."""
+    names = sorted(entry.name for entry in folder.iterdir() if _is_ours(entry))
+    return sorted(names, key=lambda name: name != MANIFEST_NAME)
+
+
+def _swap_in(staging: Path, dst: Path, manifest: Manifest) -> None:
+    """Replace the dataset in ``dst`` by the complete one in ``staging``.
+
+    A kill in the middle leaves ``dst`` without a manifest and the old files in the old folder;
+    the next run into ``dst`` puts everything back as it was before the swap
+    (:func:`_finish_or_undo_swap`), so ``--resume`` then finishes the new dataset.
+    """
+    old = _beside(dst, _OLD_SUFFIX)
+    dst.mkdir(parents=True, exist_ok=True)
+    old.mkdir()
+    _move_all(dst, old, _ours_in(dst))
+    fsync_dir(dst)
+    (old / _OLD_MOVED).touch()
+    fsync_dir(old)
+    _move_all(staging, dst, [shard.file for shard in manifest.shards])
+    fsync_dir(dst)
+    write_manifest(dst, manifest)  # from here on dst is the new dataset
+    _remove_ours(old)
+    _remove_ours(staging)  # its journal and nothing else
+
+
+def _finish_or_undo_swap(dst: Path) -> None:
+    """Complete or roll back a swap that a kill interrupted (see :func:`_swap_in`)."""
+    old = _beside(dst, _OLD_SUFFIX)
+    if not old.is_dir():
+        return
+    staging = staging_folder(dst)
+    all_moved = (old / _OLD_MOVED).exists()
+    if all_moved and (dst / MANIFEST_NAME).exists():
+        # the new dataset was complete: only the cleanup was left
+        _remove_ours(old)
+        if staging.is_dir():
+            _remove_ours(staging)
+        logger.info("%s: finished replacing the dataset (a run was killed while cleaning up)",
+                    dst)
+        return
+    if all_moved:  # new shards may have arrived in dst: back to the staging folder
+        staging.mkdir(exist_ok=True)
+        _move_all(dst, staging, _ours_in(dst))
+        fsync_dir(staging)
+        (old / _OLD_MOVED).unlink()
+    # the manifest last: the folder is a complete dataset only once every shard is back
+    _move_all(old, dst, list(reversed(_ours_in(old))))
+    fsync_dir(dst)
+    old.rmdir()
+    logger.warning("%s: a run was killed while replacing the dataset there; the old dataset is "
+                   "back in place, and --resume finishes the new one", dst)
 
 
 class _Journal:
