@@ -11,6 +11,8 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import enum
+import gzip
+import zlib
 from pathlib import Path
 
 from tfopt._files import is_temp_file, sha256_file
@@ -192,12 +194,9 @@ def _check_file(file: Path, expected: ShardInfo | None, compression: str | None)
             problems.append(Problem(str(file), ProblemKind.CHECKSUM,
                                     f"SHA-256 {digest[:16]}..., the manifest says "
                                     f"{expected.sha256[:16]}..."))
-    count, error = _read_all(file, compression)
-    if error is None and compression is None:
-        trailing = _trailing_bytes(file, count, size)
-        if trailing:
-            error = (f"{trailing} byte(s) after the last whole record: a record cut short, or "
-                     "not a TFRecord file")
+    count, data_bytes, error = _read_all(file, compression)
+    if error is None:
+        error = _after_last_record(file, size, compression, count * _RECORD_FRAMING + data_bytes)
     if error is not None:
         problems.append(Problem(str(file), ProblemKind.CORRUPT, error, record=count))
     elif expected is not None and count != expected.num_records:
@@ -207,25 +206,47 @@ def _check_file(file: Path, expected: ShardInfo | None, compression: str | None)
 
 
 _RECORD_FRAMING = 16  # bytes around each record's data: length (8), its CRC (4), data CRC (4)
+_READ_BYTES = 1 << 20  # decompressed bytes per read when a GZIP stream is walked: 1 MiB
 
 
-def _trailing_bytes(file: Path, records: int, size: int) -> int:
-    """Bytes of an uncompressed TFRecord file after its first ``records`` records.
+def _after_last_record(file: Path, size: int, compression: str | None,
+                       records_end: int) -> str | None:
+    """Why a file that TensorFlow read without an error is not whole, or None when it is.
 
-    TensorFlow's reader ends a file without an error where fewer bytes than a record header
-    are left, so a file cut inside a header (or a few bytes of anything) reads as whole; the
-    record lengths show it. One seek and an 8-byte read per record.
+    TensorFlow's reader ends a (decompressed) stream without an error where fewer bytes than a
+    record header (12) are left, so a stream cut inside a header, or a few bytes of anything
+    after the records, reads as whole. ``records_end`` (the framing and data of the records
+    read) must then be the stream's length. For GZIP, that length mod 2**32 is in the stream's
+    last 4 bytes (ISIZE), which zlib checks when TensorFlow reads the stream to its end: one
+    4-byte read. A stream that does not match (cut, several GZIP members, a missing trailer,
+    which TensorFlow lets pass) is decompressed once more, streaming, to tell which.
     """
-    end = 0
-    with open(file, "rb") as handle:
-        for _ in range(records):
-            handle.seek(end)
-            end += int.from_bytes(handle.read(8), "little") + _RECORD_FRAMING
-    return size - end
+    if compression is None:
+        length = size
+    else:
+        with open(file, "rb") as handle:
+            handle.seek(max(0, size - 4))
+            if int.from_bytes(handle.read(4), "little") == records_end % (1 << 32):
+                return None
+        length = 0
+        try:
+            with gzip.open(file, "rb") as stream:
+                while chunk := stream.read(_READ_BYTES):
+                    length += len(chunk)
+        except (EOFError, OSError, zlib.error) as error:  # BadGzipFile is an OSError
+            return (f"the GZIP stream is cut short or damaged ({type(error).__name__}: {error}) "
+                    f"after {length} bytes; records after it are lost")
+    trailing = length - records_end
+    if trailing <= 0:
+        return None
+    return (f"{trailing} byte(s) after the last whole record"
+            f"{' (decompressed)' if compression else ''}: a record cut short, or not a "
+            "TFRecord file")
 
 
-def _read_all(file: Path, compression: str | None) -> tuple[int, str | None]:
-    """Read every record; return the count and, at the first bad record, the reason.
+def _read_all(file: Path, compression: str | None) -> tuple[int, int, str | None]:
+    """Read every record; return the count, the records' data bytes and, at the first bad
+    record, the reason (the data bytes are then 0).
 
     A fast graph-mode count first; only a file that fails it is walked record by record to find
     the index of the bad one (TensorFlow's reader cannot go past a bad record).
@@ -236,15 +257,21 @@ def _read_all(file: Path, compression: str | None) -> tuple[int, str | None]:
     def dataset():
         return tf.data.TFRecordDataset(str(file), tf_compression_type(compression))
 
+    def add(totals, record):
+        return totals[0] + 1, totals[1] + tf.cast(tf.strings.length(record), tf.int64)
+
     try:
-        return int(dataset().reduce(np.int64(0), lambda count, _: count + 1)), None
+        count, data_bytes = dataset().reduce((np.int64(0), np.int64(0)), add)
+        return int(count), int(data_bytes), None
     except tf.errors.OpError:
         pass
-    index = 0
+    index = data_bytes = 0
     try:
-        for _ in dataset():
+        for record in dataset():
             index += 1
+            data_bytes += len(record.numpy())
     except tf.errors.OpError as error:
         reason = short_tf_message(error)
-        return index, f"unreadable ({type(error).__name__}: {reason}); records after it are lost"
-    return index, None
+        return index, 0, (f"unreadable ({type(error).__name__}: {reason}); records after it "
+                          "are lost")
+    return index, data_bytes, None  # read whole at the second try: the file changed meanwhile
