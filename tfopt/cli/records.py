@@ -72,10 +72,18 @@ def convert(src, dst, quiet, as_json, **options):
     """Convert an image folder, NumPy arrays or a CSV file into sharded TFRecords."""
     from tfopt.records.convert import ConvertOptions
 
-    needs_tensorflow()
-    from tfopt.records.convert import convert as run_convert
+    options = ConvertOptions(**options)
+    try:
+        needs_tensorflow()
+        from tfopt.records.convert import convert as run_convert
 
-    result = run_convert(src, dst, ConvertOptions(**options), progress=None if not quiet else False)
+        result = run_convert(src, dst, options, progress=None if not quiet else False)
+    except KeyboardInterrupt as interrupt:
+        # Ctrl-C: one line (logged by convert once it writes, else this one), no traceback and
+        # no click "Aborted!"; exit code 1 as before
+        if not getattr(interrupt, "tfopt_reported", False):
+            click.echo("tfopt: interrupted", err=True)
+        raise SystemExit(1) from None
     summary = result.to_json()
     if as_json:
         echo_json(summary)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import enum
 import hashlib
@@ -26,6 +27,7 @@ import math
 import multiprocessing
 import os
 import re
+import signal
 import threading
 import time
 from pathlib import Path
@@ -656,6 +658,9 @@ _worker_state: dict = {}
 
 
 def _init_worker(queue, stop_event, parent_pid: int) -> None:
+    # the process was started with SIGINT blocked (see _sigint_blocked): a Ctrl-C reaches the
+    # whole process group, and the main process, not each worker, answers it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     from tfopt._tf import import_tensorflow
 
     tf = import_tensorflow()  # without one set of C++ banners per worker
@@ -724,7 +729,8 @@ def _run_tasks(tasks, dst: Path, workers: int, journal: _Journal, done: dict, ba
         while True:
             # one running and one queued task per process: no process waits between shards
             while len(in_flight) < 2 * (workers - 1) and (task := next_task()) is not None:
-                in_flight.add(executor.submit(_worker_write_shard, task, str(dst)))
+                with _sigint_blocked():  # submit starts the worker processes
+                    in_flight.add(executor.submit(_worker_write_shard, task, str(dst)))
             if not in_flight and local.finished:
                 break
             completed, in_flight = concurrent.futures.wait(
@@ -755,10 +761,41 @@ class _WorkerDied(TfoptError):
     finished shards and the journal stay for ``--resume`` instead of being discarded."""
 
 
+# Seconds the worker processes get to stop at a shard's next record once told to, before they
+# are terminated: one still importing TensorFlow (about 3 s, more on busy cores) would otherwise
+# hold a Ctrl-C up until its import is done. A terminated worker leaves at most a temporary
+# file, which --resume removes.
+_STOP_GRACE_S = 1.0
+
+
+@contextlib.contextmanager
+def _sigint_blocked():
+    """Block SIGINT in this thread while worker processes start: they inherit the mask, so a
+    Ctrl-C during their start-up (the TensorFlow import) prints no traceback from each of them,
+    and a Ctrl-C meanwhile is delivered here once unblocked, not lost."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def _stop_all(stop, local: _LocalWriter, executor) -> None:
     stop.set()
+    processes = list((getattr(executor, "_processes", None) or {}).values())
+    executor.shutdown(wait=False, cancel_futures=True)
     local.join()
-    executor.shutdown(wait=True, cancel_futures=True)
+    deadline = time.monotonic() + _STOP_GRACE_S
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join()
 
 
 class _LocalWriter(threading.Thread):
