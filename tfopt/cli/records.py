@@ -21,7 +21,8 @@ _json = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdo
 @click.option("--max-size", default=480, show_default=True, help="Largest image side, px.")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Processes [default: all cores].")
-@click.option("--overwrite", is_flag=True, help="Write into a non-empty folder.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace the demo images of an earlier run (nothing else).")
 @_quiet
 @_json
 def demo_data(dst, count, classes, seed, min_size, max_size, workers, overwrite, quiet, as_json):

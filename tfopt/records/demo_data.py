@@ -14,13 +14,14 @@ import dataclasses
 import functools
 import multiprocessing
 import os
+import re
 import shutil
 import time
 from pathlib import Path
 
 import numpy as np
 
-from tfopt._files import fsync_dir, temp_path_for
+from tfopt._files import TEMP_MARKER, fsync_dir, temp_path_for
 from tfopt._progress import Progress
 from tfopt._system import usable_cores
 from tfopt.errors import InvalidArgumentError, OutputExistsError, TfoptError
@@ -119,6 +120,28 @@ def _noise_tile() -> np.ndarray:
     return rng.standard_normal((_NOISE_TILE_SIDE, _NOISE_TILE_SIDE, 3), dtype=np.float32) * 12
 
 
+# what demo-data writes in a class folder: "<index in class>.jpg" (5 digits, more past 99999),
+# and the temporary name it writes each under first
+_IMAGE_NAME = re.compile(rf"\d{{5,}}\.jpg|\.\d{{5,}}\.jpg{re.escape(TEMP_MARKER)}\d+")
+
+
+def _not_demo_images(dst: Path) -> list[str]:
+    """The entries of ``dst`` that demo-data did not write, relative to it, sorted.
+
+    Its output is recognised by its layout (there is no marker file): class folders named as in
+    ``CLASS_NAMES`` holding only its image files.
+    """
+    foreign = []
+    for entry in sorted(dst.iterdir()):
+        if entry.name not in CLASS_NAMES or entry.is_symlink() or not entry.is_dir():
+            foreign.append(entry.name)
+            continue
+        foreign.extend(f"{entry.name}/{item.name}" for item in sorted(entry.iterdir())
+                       if not _IMAGE_NAME.fullmatch(item.name) or item.is_symlink()
+                       or not item.is_file())
+    return foreign
+
+
 _CHUNK = 50  # images per task in the worker pool: progress every ~0.5 s per worker
 
 
@@ -161,13 +184,16 @@ def make_demo_data(dst, count: int = 3000, classes: int = 10, seed: int = 0,
         seed: Changes every image. Defaults to 0.
         min_size: Smallest side in pixels. Defaults to 320.
         max_size: Largest side in pixels. Defaults to 480.
-        overwrite: Allow a non-empty ``dst`` (its demo images are rewritten). Defaults to False.
+        overwrite: Replace the demo images an earlier run wrote in ``dst``; they stay until the
+            new ones are complete. A folder holding anything else is refused, as convert
+            refuses to mix a dataset with files it did not write. Defaults to False.
         workers: Processes drawing images. Defaults to the number of usable cores.
         progress: Progress bar on stderr (None: when stderr is a terminal). Defaults to False.
 
     Raises:
         InvalidArgumentError: An argument is out of range.
-        OutputExistsError: ``dst`` is not empty and ``overwrite`` is False.
+        OutputExistsError: ``dst`` holds files demo-data did not write, or demo images and
+            ``overwrite`` is False.
 
     Example:
         >>> make_demo_data("demo/images", count=200).num_images
@@ -187,13 +213,25 @@ def make_demo_data(dst, count: int = 3000, classes: int = 10, seed: int = 0,
     dst = Path(dst)
     if dst.exists() and not dst.is_dir():
         raise OutputExistsError(f"{dst}: exists and is not a folder")
-    if dst.exists() and any(dst.iterdir()) and not overwrite:
-        raise OutputExistsError(f"{dst}: is not empty; pass --overwrite to write demo images into it")
+    replaced = dst.exists() and any(dst.iterdir())
+    if replaced:
+        foreign = _not_demo_images(dst)
+        if foreign:
+            raise OutputExistsError(
+                f"{dst}: holds files demo-data did not write ({', '.join(foreign[:3])}"
+                f"{', ...' if len(foreign) > 3 else ''}); refusing to mix demo images with them: "
+                "choose an empty or new folder")
+        if not overwrite:
+            raise OutputExistsError(f"{dst}: is not empty (demo images of an earlier run); pass "
+                                    "--overwrite to replace them")
     # a new folder is filled under a temporary name and renamed once every image is in: an
     # interrupted run leaves no folder that looks like a whole dataset (convert would take it
-    # for one); a folder that exists (empty, or --overwrite) is written in place
-    staged = not dst.exists()
-    target = temp_path_for(dst) if staged else dst
+    # for one). An earlier run's images (--overwrite) are swapped out only then, so none of
+    # theirs mixes with the new ones; an empty folder that exists is written in place
+    staged = replaced or not dst.exists()
+    final = Path(os.path.realpath(dst)) if replaced else dst  # a link to the folder stays one
+    old = temp_path_for(final.with_name(f"{final.name}.old"))  # the earlier images, while swapped
+    target = temp_path_for(final) if staged else dst
     try:
         target.mkdir(parents=True, exist_ok=True)
     except OSError as error:  # a parent is a file, or not writable: before any worker starts
@@ -222,10 +260,16 @@ def make_demo_data(dst, count: int = 3000, classes: int = 10, seed: int = 0,
                         total_bytes += future.result()
                         bar.update(futures[future])
         if staged:
-            os.replace(target, dst)
-            fsync_dir(dst.parent)
+            if replaced:
+                os.replace(final, old)
+            os.replace(target, final)
+            fsync_dir(final.parent)
     except BaseException:
         if staged:
+            if replaced and old.exists() and not final.exists():
+                os.replace(old, final)  # stopped between the two renames: the earlier images stay
             shutil.rmtree(target, ignore_errors=True)
         raise
+    if replaced:
+        shutil.rmtree(old)
     return DemoDataResult(dst, count, names, total_bytes, time.perf_counter() - started)
