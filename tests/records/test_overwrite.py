@@ -1,0 +1,210 @@
+"""convert --overwrite keeps the old dataset until the new one is complete; nested folders are
+refused; a Ctrl-C in a terminal ends with one line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import make_image_folder
+
+import tfopt
+from tfopt.records import convert as convert_module
+from tfopt.records.convert import staging_folder
+from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME
+
+
+def _files(folder: Path) -> dict:
+    return {path.name: path.read_bytes() for path in folder.iterdir()}
+
+
+def _hidden_siblings(folder: Path) -> list[str]:
+    return sorted(path.name for path in folder.parent.iterdir() if path.name.startswith("."))
+
+
+@pytest.fixture
+def old_dataset(image_folder, tmp_path) -> Path:
+    out = tmp_path / "out"
+    tfopt.convert(image_folder, out, workers=1, shards=2)
+    return out
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:200])
+
+
+def test_an_overwrite_that_fails_on_a_bad_image_keeps_the_old_dataset(old_dataset, tmp_path):
+    before = _files(old_dataset)
+    bad = make_image_folder(tmp_path / "bad", per_class=4)
+    _truncate(bad / "dog" / "002.jpg")
+    with pytest.raises(tfopt.SourceError, match="002.jpg"):
+        tfopt.convert(bad, old_dataset, workers=1, shards=3, overwrite=True)
+    assert _files(old_dataset) == before
+    assert tfopt.verify(old_dataset).ok
+    assert _hidden_siblings(old_dataset) == []  # the staging folder is gone
+
+
+def _interrupt_after(monkeypatch, shards: int) -> None:
+    """Make the next one-process ``convert`` stop like Ctrl-C once ``shards`` shards are done."""
+    real = convert_module.write_shard
+    written = []
+
+    def write_then_interrupt(task, folder, **kwargs):
+        if len(written) == shards:
+            raise KeyboardInterrupt
+        written.append(task.file)
+        return real(task, folder, **kwargs)
+
+    monkeypatch.setattr(convert_module, "write_shard", write_then_interrupt)
+
+
+def _interrupted_overwrite(monkeypatch, src, out, **options) -> None:
+    with monkeypatch.context() as patch:
+        _interrupt_after(patch, 2)
+        with pytest.raises(KeyboardInterrupt):
+            tfopt.convert(src, out, workers=1, overwrite=True, **options)
+
+
+def test_an_interrupted_overwrite_keeps_the_old_dataset_and_resumes(
+        old_dataset, image_folder, tmp_path, monkeypatch):
+    before = _files(old_dataset)
+    new = dict(shards=4, seed=5)
+    _interrupted_overwrite(monkeypatch, image_folder, old_dataset, **new)
+    assert _files(old_dataset) == before and tfopt.verify(old_dataset).ok
+    staging = staging_folder(old_dataset)
+    assert (staging / JOURNAL_NAME).exists() and len(list(staging.glob("*.tfrecord"))) == 2
+    # a plain run neither deletes the staged work nor mixes with it
+    with pytest.raises(tfopt.OutputExistsError, match="interrupted --overwrite.*--resume"):
+        tfopt.convert(image_folder, old_dataset, workers=1, **new)
+    result = tfopt.convert(image_folder, old_dataset, workers=1, resume=True, **new)
+    assert result.resumed_shards == 2
+    reference = tfopt.convert(image_folder, tmp_path / "reference", workers=1, **new)
+    assert ([shard.sha256 for shard in tfopt.read_manifest(old_dataset).shards]
+            == [shard.sha256 for shard in reference.manifest.shards])
+    assert sorted(_files(old_dataset)) == sorted(_files(tmp_path / "reference"))
+    assert tfopt.verify(old_dataset).ok
+    assert _hidden_siblings(old_dataset) == []
+
+
+def test_an_overwrite_after_an_interrupted_one_starts_again(
+        old_dataset, image_folder, monkeypatch, caplog):
+    _interrupted_overwrite(monkeypatch, image_folder, old_dataset, shards=4, seed=5)
+    result = tfopt.convert(image_folder, old_dataset, workers=1, overwrite=True, shards=3)
+    assert result.resumed_shards == 0 and len(result.manifest.shards) == 3
+    assert any("removed" in record.getMessage() and "interrupted --overwrite" in record.getMessage()
+               for record in caplog.records)
+    assert tfopt.verify(old_dataset).ok and _hidden_siblings(old_dataset) == []
+
+
+@pytest.mark.parametrize("killed_at", ["moving-old-out", "moving-new-in", "cleaning-up"])
+def test_a_kill_during_the_swap_is_set_right_by_the_next_run(
+        old_dataset, image_folder, monkeypatch, killed_at):
+    before = _files(old_dataset)
+    new = dict(shards=4, seed=5)
+    real_move = convert_module._move_all
+    calls = []
+
+    def move_then_die(source, target, names):
+        calls.append(source)
+        names = list(names)
+        if (killed_at, len(calls)) in (("moving-old-out", 1), ("moving-new-in", 2)):
+            real_move(source, target, names[:2])  # killed after two files
+            raise KeyboardInterrupt
+        real_move(source, target, names)
+
+    def remove_then_die(folder):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(convert_module, "_move_all", move_then_die)
+        if killed_at == "cleaning-up":
+            patch.setattr(convert_module, "_remove_ours", remove_then_die)
+        with pytest.raises(KeyboardInterrupt):
+            tfopt.convert(image_folder, old_dataset, workers=1, overwrite=True, **new)
+    assert not (old_dataset / MANIFEST_NAME).exists() or killed_at == "cleaning-up"
+    # the next run, even one that is refused, first puts the folder right
+    with pytest.raises(tfopt.OutputExistsError):
+        tfopt.convert(image_folder, old_dataset, workers=1, **new)
+    assert tfopt.verify(old_dataset).ok
+    if killed_at == "cleaning-up":  # the new dataset was complete
+        assert tfopt.read_manifest(old_dataset).options["seed"] == 5
+        assert _hidden_siblings(old_dataset) == []
+        return
+    assert _files(old_dataset) == before
+    result = tfopt.convert(image_folder, old_dataset, workers=1, resume=True, **new)
+    assert result.resumed_shards == 4
+    assert tfopt.verify(old_dataset).ok and _hidden_siblings(old_dataset) == []
+
+
+@pytest.mark.parametrize("layout", ["dst-in-src", "src-in-dst", "same", "dst-in-src-by-link"])
+def test_a_destination_inside_the_source_or_around_it_is_refused(image_folder, tmp_path, layout):
+    link = tmp_path / "link"
+    link.symlink_to(image_folder)
+    src, dst = {
+        "dst-in-src": (image_folder, image_folder / "out"),
+        "src-in-dst": (image_folder / "cat", image_folder),
+        "same": (image_folder, link),
+        "dst-in-src-by-link": (link, image_folder / "out"),
+    }[layout]
+    with pytest.raises(tfopt.InvalidArgumentError) as refused:
+        tfopt.convert(src, dst, workers=1)
+    message = str(refused.value)
+    assert str(src) in message and str(dst) in message and "\n" not in message
+    assert message.startswith("source" if layout == "src-in-dst" else "destination")
+    assert not (image_folder / "out").exists()
+
+
+def _spawned_children(pid: int) -> list[int]:
+    children = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (proc / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == pid and b"spawn_main" in command:
+            children.append(int(proc.name))
+    return children
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the worker process in /proc")
+@pytest.mark.parametrize("how", ["ctrl-c", "kill-9"])
+def test_an_interrupted_overwrite_process_keeps_the_old_dataset(tmp_path, how):
+    src = tmp_path / "images"
+    tfopt.make_demo_data(src, count=400, classes=4, min_size=40, max_size=56, workers=1)
+    out = tmp_path / "out"
+    tfopt.convert(src, out, workers=1, shards=2)
+    before = _files(out)
+    new = ["--shards", "8", "--seed", "3"]
+    # its own process group: a terminal sends Ctrl-C's SIGINT to every process of the group
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tfopt", "convert", str(src), str(out), "--overwrite",
+         "--workers", "2", "-q", *new],
+        stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    # Ctrl-C while the worker process still imports TensorFlow; kill -9 once shards are in
+    journal = staging_folder(out) / JOURNAL_NAME
+    while not (_spawned_children(process.pid) if how == "ctrl-c"
+               else journal.exists() and journal.read_text().count("\n") >= 3):
+        assert process.poll() is None and time.monotonic() < deadline, "too late to interrupt"
+        time.sleep(0.005)
+    if how == "ctrl-c":
+        os.killpg(process.pid, signal.SIGINT)
+    else:
+        os.kill(process.pid, signal.SIGKILL)
+    _, stderr = process.communicate(timeout=60)
+    if how == "ctrl-c":
+        assert process.returncode == 1, stderr
+        assert "Traceback" not in stderr and "Aborted" not in stderr, stderr
+        assert stderr.strip().splitlines()[-1].startswith(
+            "tfopt: WARNING: interrupted: finished shards are kept; run again with --resume")
+    assert _files(out) == before
+    assert tfopt.verify(out).ok
+    result = tfopt.convert(src, out, workers=1, resume=True, shards=8, seed=3)
+    assert tfopt.read_manifest(out).options["seed"] == 3 and len(result.manifest.shards) == 8
+    assert tfopt.verify(out).ok and _hidden_siblings(out) == []
