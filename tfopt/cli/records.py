@@ -65,8 +65,10 @@ def demo_data(dst, count, classes, seed, min_size, max_size, workers, overwrite,
               help="JPEG check: every marker to the end (fast) or a decode at 1/8 scale.")
 @click.option("--on-error", type=click.Choice(["raise", "skip"]), default="raise",
               show_default=True, help="Stop at a bad item, or skip it and record it.")
-@click.option("--overwrite", is_flag=True, help="Replace the dataset in DST.")
-@click.option("--resume", is_flag=True, help="Finish an interrupted conversion into DST.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace the dataset in DST, once the new one is complete.")
+@click.option("--resume", is_flag=True,
+              help="Finish an interrupted conversion into DST (--overwrite too).")
 @_quiet
 @_json
 def convert(src, dst, quiet, as_json, **options):

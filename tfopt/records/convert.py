@@ -10,7 +10,8 @@ The work, in order:
 
 On a bad item (default ``on_error="raise"``) everything this run wrote is removed: no partial
 dataset is left behind. Ctrl-C, or a shard-writing process that dies (OOM killer), keeps finished
-shards and the journal for ``--resume``.
+shards and the journal for ``--resume``. With ``overwrite`` all of this happens in a staging
+folder beside the output folder, whose old dataset stays whole until the new one is complete.
 """
 
 from __future__ import annotations
@@ -43,9 +44,12 @@ from tfopt.errors import DatasetError, InvalidArgumentError, OutputExistsError, 
 from tfopt.records.manifest import (
     JOURNAL_NAME,
     MANIFEST_NAME,
+    OLD_SUFFIX,
+    STAGING_SUFFIX,
     Manifest,
     ShardInfo,
     SplitInfo,
+    beside,
     write_manifest,
 )
 from tfopt.records.schema import Encoding
@@ -109,8 +113,13 @@ class ConvertOptions:
             JPEGs are decoded;
             ``"decode"`` decodes at 1/8 scale (~0.7 ms at 400 px). Defaults to "structure".
         on_error: ``"raise"`` or ``"skip"`` (see :class:`OnError`). Defaults to "raise".
-        overwrite: Replace a tfopt dataset already in the output folder. Defaults to False.
-        resume: Finish an interrupted conversion into the same folder. Defaults to False.
+        overwrite: Replace a tfopt dataset already in the output folder (never a file tfopt
+            did not write). The new dataset is written into a hidden folder beside it,
+            ``.NAME.tfopt-new``, and replaces the old one only once complete: a failed or
+            interrupted run leaves the old dataset whole (the disk holds both meanwhile).
+            Defaults to False.
+        resume: Finish an interrupted conversion into the same folder, an interrupted
+            ``overwrite`` included. Defaults to False.
     """
 
     source_format: str | None = None
@@ -398,19 +407,12 @@ def _is_ours(path: Path) -> bool:
 # file system, so moving a shard in is a rename) and the old one stays whole in DST; the swap at
 # the end moves the old files into a second hidden folder, the new ones in, writes the manifest
 # last and only then removes the old files.
-_STAGING_SUFFIX = ".tfopt-new"
-_OLD_SUFFIX = ".tfopt-old"
 _OLD_MOVED = ".tfopt-all-moved"  # in the old folder: every old file left DST, new ones may follow
-
-
-def _beside(dst: Path, suffix: str) -> Path:
-    real = dst.resolve()
-    return real.parent / f".{real.name}{suffix}"
 
 
 def staging_folder(dst) -> Path:
     """The hidden folder beside ``dst`` where ``convert(..., overwrite=True)`` writes."""
-    return _beside(Path(dst), _STAGING_SUFFIX)
+    return beside(dst, STAGING_SUFFIX)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -523,7 +525,7 @@ def _swap_in(staging: Path, dst: Path, manifest: Manifest) -> None:
     the next run into ``dst`` puts everything back as it was before the swap
     (:func:`_finish_or_undo_swap`), so ``--resume`` then finishes the new dataset.
     """
-    old = _beside(dst, _OLD_SUFFIX)
+    old = beside(dst, OLD_SUFFIX)
     dst.mkdir(parents=True, exist_ok=True)
     old.mkdir()
     _move_all(dst, old, _ours_in(dst))
@@ -539,7 +541,7 @@ def _swap_in(staging: Path, dst: Path, manifest: Manifest) -> None:
 
 def _finish_or_undo_swap(dst: Path) -> None:
     """Complete or roll back a swap that a kill interrupted (see :func:`_swap_in`)."""
-    old = _beside(dst, _OLD_SUFFIX)
+    old = beside(dst, OLD_SUFFIX)
     if not old.is_dir():
         return
     staging = staging_folder(dst)

@@ -19,6 +19,17 @@ MANIFEST_NAME = "manifest.json"
 FORMAT_VERSION = 1
 # Present while a conversion is under way or was interrupted; removed once the manifest exists.
 JOURNAL_NAME = ".tfopt-convert-journal.jsonl"
+# Hidden folders beside a dataset folder DST while ``convert --overwrite`` replaces it:
+# ``.DST.tfopt-new`` holds the new dataset until it is complete, ``.DST.tfopt-old`` the old
+# files during the swap at the end.
+STAGING_SUFFIX = ".tfopt-new"
+OLD_SUFFIX = ".tfopt-old"
+
+
+def beside(folder, suffix: str) -> Path:
+    """The hidden folder ``.NAME<suffix>`` beside ``folder`` (symlinks resolved)."""
+    real = Path(folder).resolve()
+    return real.parent / f".{real.name}{suffix}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,6 +212,12 @@ def read_manifest(folder) -> Manifest:
             raise DatasetError(
                 f"{folder}: incomplete dataset: a conversion was interrupted before writing "
                 f"{MANIFEST_NAME}; finish it with 'tfopt convert ... --resume'"
+            )
+        if beside(folder, OLD_SUFFIX).is_dir():
+            raise DatasetError(
+                f"{folder}: incomplete dataset: a 'tfopt convert --overwrite' was killed while "
+                f"it replaced the dataset here; the next 'tfopt convert ... {folder}' puts the "
+                "old one back first (add --resume to finish the new one)"
             )
         raise DatasetError(f"{folder}: no {MANIFEST_NAME}: not a complete tfopt dataset")
     try:
