@@ -772,17 +772,31 @@ _STOP_GRACE_S = 1.0
 
 @contextlib.contextmanager
 def _sigint_blocked():
-    """Block SIGINT in this thread while worker processes start: they inherit the mask, so a
-    Ctrl-C during their start-up (the TensorFlow import) prints no traceback from each of them,
-    and a Ctrl-C meanwhile is delivered here once unblocked, not lost."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    """Hold a Ctrl-C back while worker processes start, and answer it after.
+
+    The processes inherit the blocked SIGINT, so a Ctrl-C during their start-up (the TensorFlow
+    import) prints no traceback from each of them. Blocking it in this thread is not enough
+    here: another thread of this process may take the signal, and Python then raises
+    KeyboardInterrupt in the main thread all the same, which could cut a start-up short (the
+    child, left without its start-up data, prints an EOFError). So the handler is swapped for
+    one that notes the signal, and the noted Ctrl-C is handed to the real handler afterwards.
+    """
+    can_mask = hasattr(signal, "pthread_sigmask")
+    in_main = threading.current_thread() is threading.main_thread()
+    noted = []
+    handler = signal.signal(signal.SIGINT, lambda *_: noted.append(True)) if in_main else None
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if can_mask else None
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        if can_mask:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if in_main:
+            signal.signal(signal.SIGINT, signal.SIG_DFL if handler is None else handler)
+    if noted and callable(handler):
+        handler(signal.SIGINT, None)  # Python's default one raises KeyboardInterrupt
+    elif noted and handler == signal.SIG_DFL:
+        signal.raise_signal(signal.SIGINT)
 
 
 def _stop_all(stop, local: _LocalWriter, executor) -> None:
