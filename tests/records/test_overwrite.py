@@ -16,11 +16,11 @@ from conftest import make_image_folder
 import tfopt
 from tfopt.records import convert as convert_module
 from tfopt.records.convert import staging_folder
-from tfopt.records.manifest import JOURNAL_NAME
+from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME
 
 
 def _files(folder: Path) -> dict:
-    return {path.name: path.read_bytes() for path in folder.iterdir()}
+    return {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()}
 
 
 def _hidden_siblings(folder: Path) -> list[str]:
@@ -210,3 +210,24 @@ def test_an_interrupted_overwrite_process_keeps_the_old_dataset(tmp_path, how):
     result = tfopt.convert(src, out, workers=1, resume=True, shards=8, seed=3)
     assert tfopt.read_manifest(out).options["seed"] == 3 and len(result.manifest.shards) == 8
     assert tfopt.verify(out).ok and _hidden_siblings(out) == []
+
+
+def test_a_mount_point_destination_keeps_the_staging_folder_inside(
+        old_dataset, image_folder, tmp_path, monkeypatch):
+    # a rename cannot leave a file system, so beside a mount point would not do
+    real_ismount = os.path.ismount
+    monkeypatch.setattr(os.path, "ismount",
+                        lambda path: Path(path) == old_dataset or real_ismount(path))
+    before = _files(old_dataset)
+    _interrupted_overwrite(monkeypatch, image_folder, old_dataset, shards=4, seed=5)
+    assert staging_folder(old_dataset) == old_dataset / ".tfopt-new"
+    # every shard checks out; verify (tfopt/records/verify.py) still counts the staging folder
+    # as an extra entry of the dataset folder
+    assert [Path(problem.file).name for problem in tfopt.verify(old_dataset).problems
+            if Path(problem.file).name != ".tfopt-new"] == []
+    assert _files(old_dataset) == before
+    result = tfopt.convert(image_folder, old_dataset, workers=1, resume=True, shards=4, seed=5)
+    assert result.resumed_shards == 2
+    assert sorted(path.name for path in old_dataset.iterdir()) == sorted(
+        [MANIFEST_NAME, *(shard.file for shard in result.manifest.shards)])
+    assert tfopt.verify(old_dataset).ok and _hidden_siblings(old_dataset) == []

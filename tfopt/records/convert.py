@@ -49,7 +49,7 @@ from tfopt.records.manifest import (
     Manifest,
     ShardInfo,
     SplitInfo,
-    beside,
+    swap_folder,
     write_manifest,
 )
 from tfopt.records.schema import Encoding
@@ -403,16 +403,16 @@ def _is_ours(path: Path) -> bool:
             or is_temp_file(path))
 
 
-# While an --overwrite runs, the new dataset grows in a hidden staging folder beside DST (same
-# file system, so moving a shard in is a rename) and the old one stays whole in DST; the swap at
-# the end moves the old files into a second hidden folder, the new ones in, writes the manifest
-# last and only then removes the old files.
+# While an --overwrite runs, the new dataset grows in a hidden staging folder beside DST (inside
+# it where DST is a mount point: on the same file system, moving a shard is a rename) and the
+# old one stays whole in DST; the swap at the end moves the old files into a second hidden
+# folder, the new ones in, writes the manifest last and only then removes the old files.
 _OLD_MOVED = ".tfopt-all-moved"  # in the old folder: every old file left DST, new ones may follow
 
 
 def staging_folder(dst) -> Path:
     """The hidden folder beside ``dst`` where ``convert(..., overwrite=True)`` writes."""
-    return beside(dst, STAGING_SUFFIX)
+    return swap_folder(dst, STAGING_SUFFIX)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -525,7 +525,7 @@ def _swap_in(staging: Path, dst: Path, manifest: Manifest) -> None:
     the next run into ``dst`` puts everything back as it was before the swap
     (:func:`_finish_or_undo_swap`), so ``--resume`` then finishes the new dataset.
     """
-    old = beside(dst, OLD_SUFFIX)
+    old = swap_folder(dst, OLD_SUFFIX)
     dst.mkdir(parents=True, exist_ok=True)
     old.mkdir()
     _move_all(dst, old, _ours_in(dst))
@@ -541,7 +541,7 @@ def _swap_in(staging: Path, dst: Path, manifest: Manifest) -> None:
 
 def _finish_or_undo_swap(dst: Path) -> None:
     """Complete or roll back a swap that a kill interrupted (see :func:`_swap_in`)."""
-    old = beside(dst, OLD_SUFFIX)
+    old = swap_folder(dst, OLD_SUFFIX)
     if not old.is_dir():
         return
     staging = staging_folder(dst)

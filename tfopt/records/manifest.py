@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 from tfopt._files import atomic_write_bytes
@@ -26,9 +27,13 @@ STAGING_SUFFIX = ".tfopt-new"
 OLD_SUFFIX = ".tfopt-old"
 
 
-def beside(folder, suffix: str) -> Path:
-    """The hidden folder ``.NAME<suffix>`` beside ``folder`` (symlinks resolved)."""
+def swap_folder(folder, suffix: str) -> Path:
+    """The hidden folder ``.NAME<suffix>`` beside ``folder`` (symlinks resolved), or
+    ``folder/<suffix>`` where ``folder`` is a mount point: shards move between the two by
+    rename, which cannot cross file systems."""
     real = Path(folder).resolve()
+    if os.path.ismount(real):
+        return real / suffix
     return real.parent / f".{real.name}{suffix}"
 
 
@@ -213,7 +218,7 @@ def read_manifest(folder) -> Manifest:
                 f"{folder}: incomplete dataset: a conversion was interrupted before writing "
                 f"{MANIFEST_NAME}; finish it with 'tfopt convert ... --resume'"
             )
-        if beside(folder, OLD_SUFFIX).is_dir():
+        if swap_folder(folder, OLD_SUFFIX).is_dir():
             raise DatasetError(
                 f"{folder}: incomplete dataset: a 'tfopt convert --overwrite' was killed while "
                 f"it replaced the dataset here; the next 'tfopt convert ... {folder}' puts the "
