@@ -230,7 +230,8 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
         tfopt.SourceError: Bad input, named with its file and row or key (nothing is left
             written unless ``on_error="skip"``).
         tfopt.OutputExistsError: ``dst`` holds data and neither overwrite nor resume was given.
-        tfopt.InvalidArgumentError: An option is out of range.
+        tfopt.InvalidArgumentError: An option is out of range, or ``dst`` is ``src``, inside
+            it or around it.
 
     Example:
         >>> result = convert("photos/", "shards/", val_fraction=0.1, seed=1)
@@ -295,8 +296,9 @@ def _refuse_nested(src: Path, dst: Path) -> None:
         return str(path) if path.absolute() == real else f"{path} (= {real})"
 
     if real_dst == real_src or real_src in real_dst.parents:
+        where = "is the source" if real_dst == real_src else "is inside the source"
         raise InvalidArgumentError(
-            f"destination {shown(dst, real_dst)} is inside the source {shown(src, real_src)}; "
+            f"destination {shown(dst, real_dst)} {where} {shown(src, real_src)}; "
             "choose a destination outside it")
     if real_dst in real_src.parents:
         raise InvalidArgumentError(
