@@ -231,3 +231,24 @@ def test_a_mount_point_destination_keeps_the_staging_folder_inside(
     assert sorted(path.name for path in old_dataset.iterdir()) == sorted(
         [MANIFEST_NAME, *(shard.file for shard in result.manifest.shards)])
     assert tfopt.verify(old_dataset).ok and _hidden_siblings(old_dataset) == []
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="flock")
+def test_a_second_run_is_refused_while_one_writes_the_staging_folder(
+        old_dataset, image_folder, monkeypatch):
+    import fcntl
+
+    _interrupted_overwrite(monkeypatch, image_folder, old_dataset, shards=4, seed=5)
+    staging = staging_folder(old_dataset)
+    staged = _files(staging)
+    holder = os.open(staging, os.O_RDONLY)  # as a running conversion holds it
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        for options in ({"overwrite": True}, {"resume": True}):
+            with pytest.raises(tfopt.OutputExistsError, match="another 'tfopt convert"):
+                tfopt.convert(image_folder, old_dataset, workers=1, shards=4, seed=5, **options)
+        assert _files(staging) == staged
+    finally:
+        os.close(holder)
+    result = tfopt.convert(image_folder, old_dataset, workers=1, shards=4, seed=5, resume=True)
+    assert result.resumed_shards == 2 and tfopt.verify(old_dataset).ok

@@ -35,6 +35,11 @@ from pathlib import Path
 
 import numpy as np
 
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+
 from tfopt._files import fsync_dir, is_temp_file, sha256_file
 from tfopt._progress import Progress
 from tfopt._system import usable_cores
@@ -252,39 +257,42 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
     tasks = plan_shards(scanned, options)
     fingerprint = _fingerprint(scanned, options, tasks)
     output = _prepare_output(dst, options)
-    work = output.folder  # dst, or the staging folder beside it while an --overwrite runs
-    journal = _Journal(work / JOURNAL_NAME)
-    # outside the try: a refused resume (other options, changed input) must leave the
-    # interrupted run's shards and journal alone, for a rerun with the right options
-    done = _resumable_results(journal, fingerprint, tasks, work) if options.resume else {}
     try:
-        journal.start(fingerprint, keep=bool(done))
-        todo = [task for task in tasks if task.file not in done]
-        if done:
-            logger.info("resuming: %d of %d shards already complete", len(done), len(tasks))
-        total_items = sum(len(task.items) for task in todo)
-        with Progress(total_items, "convert", unit="rec",
-                      enabled=progress) as bar:
-            _run_tasks(todo, work, options.workers, journal, done, bar)
-    except _WorkerDied:
-        raise  # an interruption too; its message says that finished shards are kept
-    except (Cancelled, KeyboardInterrupt) as error:
-        kept = f"; {dst} keeps its dataset until then" if output.staged else ""
-        logger.warning("interrupted: finished shards are kept; run again with --resume%s", kept)
-        error.tfopt_reported = True  # the CLI prints nothing more
-        raise
-    except BaseException:
-        _discard_output(work, tasks, output.created)
-        raise
-    manifest = _build_manifest(scanned, options, tasks, done, src)
-    if output.staged:
-        _swap_in(work, dst, manifest)
-    else:
-        write_manifest(dst, manifest)
-        journal.remove()
-        fsync_dir(dst)
-    resumed = len(tasks) - len(todo)
-    return ConvertResult(dst, manifest, time.perf_counter() - started, resumed)
+        work = output.folder  # dst, or the staging folder beside it while an --overwrite runs
+        journal = _Journal(work / JOURNAL_NAME)
+        # outside the try: a refused resume (other options, changed input) must leave the
+        # interrupted run's shards and journal alone, for a rerun with the right options
+        done = _resumable_results(journal, fingerprint, tasks, work) if options.resume else {}
+        try:
+            journal.start(fingerprint, keep=bool(done))
+            todo = [task for task in tasks if task.file not in done]
+            if done:
+                logger.info("resuming: %d of %d shards already complete", len(done), len(tasks))
+            total_items = sum(len(task.items) for task in todo)
+            with Progress(total_items, "convert", unit="rec",
+                          enabled=progress) as bar:
+                _run_tasks(todo, work, options.workers, journal, done, bar)
+        except _WorkerDied:
+            raise  # an interruption too; its message says that finished shards are kept
+        except (Cancelled, KeyboardInterrupt) as error:
+            kept = f"; {dst} keeps its dataset until then" if output.staged else ""
+            logger.warning("interrupted: finished shards are kept; run again with --resume%s", kept)
+            error.tfopt_reported = True  # the CLI prints nothing more
+            raise
+        except BaseException:
+            _discard_output(work, tasks, output.created)
+            raise
+        manifest = _build_manifest(scanned, options, tasks, done, src)
+        if output.staged:
+            _swap_in(work, dst, manifest)
+        else:
+            write_manifest(dst, manifest)
+            journal.remove()
+            fsync_dir(dst)
+        resumed = len(tasks) - len(todo)
+        return ConvertResult(dst, manifest, time.perf_counter() - started, resumed)
+    finally:
+        output.release()  # the staging folder's lock
 
 
 def _refuse_nested(src: Path, dst: Path) -> None:
@@ -422,14 +430,51 @@ class _Output:
     folder: Path  # where the shards and the journal go
     created: bool  # made by this run: removed again if the run fails on bad input
     staged: bool  # the staging folder of an --overwrite, swapped into dst at the end
+    lock: int | None = None  # a descriptor of the staging folder, locked for this run
+
+    def release(self) -> None:
+        if self.lock is not None:
+            os.close(self.lock)  # and with it the lock
+
+
+def _lock_staging(staging: Path) -> int | None:
+    """Lock the staging folder for this run, or refuse when another run holds it: a second
+    --overwrite would remove the first one's shards, or undo its swap. The lock (flock) goes
+    with the process, kill -9 included, so a killed run never leaves it held."""
+    if fcntl is None:  # no flock (Windows): unguarded, as before
+        return None
+    try:
+        fd = os.open(staging, os.O_RDONLY)
+    except FileNotFoundError:
+        return None  # removed meanwhile: its run has finished
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise OutputExistsError(f"{staging}: another 'tfopt convert --overwrite' is writing "
+                                "there now; wait for it to finish, or stop it") from None
+    return fd
 
 
 def _prepare_output(dst: Path, options: ConvertOptions) -> _Output:
     """Check and clean the output folder; say where this run writes."""
     if dst.exists() and not dst.is_dir():
         raise OutputExistsError(f"{dst}: exists and is not a folder")
-    _finish_or_undo_swap(dst)
     staging = staging_folder(dst)
+    lock = _lock_staging(staging) if staging.is_dir() else None
+    try:
+        output = _prepare_locked(dst, options, staging, lock)
+    except BaseException:
+        if lock is not None:
+            os.close(lock)
+        raise
+    if lock is not None and output.lock != lock:
+        os.close(lock)  # the staging folder it locked was removed (and maybe made anew)
+    return output
+
+
+def _prepare_locked(dst: Path, options: ConvertOptions, staging: Path, lock) -> _Output:
+    _finish_or_undo_swap(dst)
     if staging.is_dir() and options.resume:
         logger.warning("resuming the interrupted --overwrite in %s; %s keeps the old dataset "
                        "until the new one is complete", staging, dst)
@@ -437,7 +482,7 @@ def _prepare_output(dst: Path, options: ConvertOptions) -> _Output:
         for entry in staging.iterdir():
             if is_temp_file(entry):
                 entry.unlink(missing_ok=True)  # left by a killed worker
-        return _Output(staging, created=True, staged=True)
+        return _Output(staging, created=True, staged=True, lock=lock)
     if staging.exists():
         if not options.overwrite:
             raise OutputExistsError(
@@ -476,7 +521,7 @@ def _prepare_output(dst: Path, options: ConvertOptions) -> _Output:
                              f"({error.strerror}); the folder holding {dst} must be "
                              "writable") from None
         fsync_dir(staging.parent)
-        return _Output(staging, created=True, staged=True)
+        return _Output(staging, created=True, staged=True, lock=_lock_staging(staging))
     if options.resume:
         if has_manifest:
             raise OutputExistsError(f"{dst}: already holds a complete dataset ({MANIFEST_NAME}); "
