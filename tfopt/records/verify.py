@@ -21,7 +21,13 @@ from tfopt._system import usable_cores
 from tfopt._tf_messages import short_tf_message
 from tfopt._validate import require
 from tfopt.records._files_of import is_gzip, resolve_files, tf_compression_type
-from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME, ShardInfo
+from tfopt.records.manifest import (
+    JOURNAL_NAME,
+    MANIFEST_NAME,
+    OLD_SUFFIX,
+    STAGING_SUFFIX,
+    ShardInfo,
+)
 
 
 class ProblemKind(str, enum.Enum):
@@ -163,6 +169,11 @@ def verify(path, *, workers: int | None = None, progress: bool | None = False) -
                 # between the two leaves a complete dataset with a stale journal
                 notes.append(f"{entry}: journal of a conversion stopped right after it wrote "
                              f"{MANIFEST_NAME}; the dataset is complete and the journal can go")
+            elif entry.name in (STAGING_SUFFIX, OLD_SUFFIX) and entry.is_dir():
+                # a mount point's dataset keeps convert --overwrite's swap folders inside it
+                notes.append(f"{entry}: folder of a 'tfopt convert --overwrite' into this mount "
+                             "point (its new shards, or the old ones it replaces); not part of "
+                             "the dataset")
             elif entry.name not in listed:
                 what = ("a leftover temporary file of an interrupted write" if is_temp_file(entry)
                         else "not listed in the manifest")
