@@ -252,7 +252,7 @@ class PipelineChoices:
         lines.append(f"batch        {self.batch_size}, drop_remainder={self.drop_remainder}, "
                      f"repeat={self.repeat}{fused}")
         lines.append(f"sharding     {self.auto_shard}")
-        lines.append(f"prefetch     {self.prefetch}; work starts with the iterator (warm start)")
+        lines.append(f"prefetch     {self.prefetch}")
         lines.append(f"corrupt      {'skipped and counted' if self.skip_corrupt else 'error naming the shard'}")
         lines.extend(f"note         {note}" for note in self.notes)
         return "\n".join(lines)
@@ -610,10 +610,6 @@ class PipelineBuilder:
         options.autotune.ram_budget = max(256 << 20, int(self.config.ram_budget - cache_bytes))
         options.experimental_optimization.map_parallelization = True
         options.deterministic = choices.deterministic
-        # start reading and decoding when the iterator is made, not at the first batch:
-        # Keras makes it before tracing the train step (seconds), so the first batches are
-        # ready when the first step asks for them
-        options.experimental_warm_start = True
         policy = tf.data.experimental.AutoShardPolicy
         workers = _tf_config_workers()
         options.experimental_distribute.auto_shard_policy = (
