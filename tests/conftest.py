@@ -81,3 +81,33 @@ def read_examples(dataset: Path, split: str = "train", compression: str | None =
 def feature_values(example, name: str) -> list:
     feature = example.features.feature[name]
     return list(getattr(feature, feature.WhichOneof("kind")).value)
+
+
+def spawned_children(pid: int) -> list[int]:
+    """Worker processes of ``pid`` (multiprocessing's spawn children, not its resource tracker)."""
+    children = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (proc / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == pid and b"spawn_main" in command:
+            children.append(int(proc.name))
+    return children
+
+
+def interrupt_convert_after(monkeypatch, shards: int) -> None:
+    """Make the next one-process ``convert`` stop like Ctrl-C once ``shards`` shards are done."""
+    from tfopt.records import convert as convert_module
+
+    real = convert_module.write_shard
+    written = []
+
+    def write_then_interrupt(task, folder, **kwargs):
+        if len(written) == shards:
+            raise KeyboardInterrupt
+        written.append(task.file)
+        return real(task, folder, **kwargs)
+
+    monkeypatch.setattr(convert_module, "write_shard", write_then_interrupt)

@@ -11,32 +11,23 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import encode_jpeg, make_image_folder, random_pixels
+from conftest import (
+    encode_jpeg,
+    interrupt_convert_after,
+    make_image_folder,
+    random_pixels,
+    spawned_children,
+)
 
 import tfopt
-from tfopt.records import convert as convert_module
 from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME
-
-
-def _interrupt_after(monkeypatch, shards: int) -> None:
-    """Make the next one-process ``convert`` stop like Ctrl-C once ``shards`` shards are done."""
-    real = convert_module.write_shard
-    written = []
-
-    def write_then_interrupt(task, folder, **kwargs):
-        if len(written) == shards:
-            raise KeyboardInterrupt
-        written.append(task.file)
-        return real(task, folder, **kwargs)
-
-    monkeypatch.setattr(convert_module, "write_shard", write_then_interrupt)
 
 
 def _interrupted(monkeypatch, src, out, shards_done: int, **options) -> dict:
     """Convert ``src`` into ``out`` until ``shards_done`` shards are written, then stop as
     Ctrl-C does; return the folder's files and their bytes."""
     with monkeypatch.context() as patch:
-        _interrupt_after(patch, shards_done)
+        interrupt_convert_after(patch, shards_done)
         with pytest.raises(KeyboardInterrupt):
             tfopt.convert(src, out, workers=1, **options)
     assert not (out / MANIFEST_NAME).exists()
@@ -100,20 +91,6 @@ def test_resume_refuses_an_input_that_changed_since_the_interruption(
     assert {path.name: path.read_bytes() for path in out.iterdir()} == before
 
 
-def _spawned_children(pid: int) -> list[int]:
-    """Worker processes of ``pid`` (multiprocessing's spawn children, not its resource tracker)."""
-    children = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            command = (proc / "cmdline").read_bytes()
-        except (OSError, IndexError, ValueError):
-            continue
-        if parent == pid and b"spawn_main" in command:
-            children.append(int(proc.name))
-    return children
-
-
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the worker process in /proc")
 def test_a_killed_worker_process_keeps_the_work_for_resume(tmp_path):
     src = make_image_folder(tmp_path / "images", per_class=8)
@@ -124,7 +101,7 @@ def test_a_killed_worker_process_keeps_the_work_for_resume(tmp_path):
     deadline = time.monotonic() + 60
     # kill the worker process (as the OOM killer would) as soon as it exists: the shards handed
     # to it can then never arrive, however fast the main process writes its own
-    while not (workers := _spawned_children(process.pid)):
+    while not (workers := spawned_children(process.pid)):
         assert process.poll() is None and time.monotonic() < deadline, "no worker process seen"
         time.sleep(0.005)
     os.kill(workers[0], signal.SIGKILL)
@@ -258,7 +235,7 @@ def test_entries_after_a_torn_journal_line_are_kept(image_folder, tmp_path, monk
     journal = out / JOURNAL_NAME
     journal.write_bytes(journal.read_bytes()[:-30])  # killed while it wrote its last line
     with monkeypatch.context() as patch:  # a second interruption, one shard later
-        _interrupt_after(patch, 1)
+        interrupt_convert_after(patch, 1)
         with pytest.raises(KeyboardInterrupt):
             tfopt.convert(image_folder, out, workers=1, resume=True, **options)
     result = tfopt.convert(image_folder, out, workers=1, resume=True, **options)

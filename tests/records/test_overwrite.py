@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import make_image_folder
+from conftest import interrupt_convert_after, make_image_folder, spawned_children
 
 import tfopt
 from tfopt.records import convert as convert_module
@@ -49,23 +49,9 @@ def test_an_overwrite_that_fails_on_a_bad_image_keeps_the_old_dataset(old_datase
     assert _hidden_siblings(old_dataset) == []  # the staging folder is gone
 
 
-def _interrupt_after(monkeypatch, shards: int) -> None:
-    """Make the next one-process ``convert`` stop like Ctrl-C once ``shards`` shards are done."""
-    real = convert_module.write_shard
-    written = []
-
-    def write_then_interrupt(task, folder, **kwargs):
-        if len(written) == shards:
-            raise KeyboardInterrupt
-        written.append(task.file)
-        return real(task, folder, **kwargs)
-
-    monkeypatch.setattr(convert_module, "write_shard", write_then_interrupt)
-
-
 def _interrupted_overwrite(monkeypatch, src, out, **options) -> None:
     with monkeypatch.context() as patch:
-        _interrupt_after(patch, 2)
+        interrupt_convert_after(patch, 2)
         with pytest.raises(KeyboardInterrupt):
             tfopt.convert(src, out, workers=1, overwrite=True, **options)
 
@@ -161,19 +147,6 @@ def test_a_destination_inside_the_source_or_around_it_is_refused(image_folder, t
     assert not (image_folder / "out").exists()
 
 
-def _spawned_children(pid: int) -> list[int]:
-    children = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            command = (proc / "cmdline").read_bytes()
-        except (OSError, IndexError, ValueError):
-            continue
-        if parent == pid and b"spawn_main" in command:
-            children.append(int(proc.name))
-    return children
-
-
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the worker process in /proc")
 @pytest.mark.parametrize("how", ["ctrl-c", "kill-9"])
 def test_an_interrupted_overwrite_process_keeps_the_old_dataset(tmp_path, how):
@@ -191,7 +164,7 @@ def test_an_interrupted_overwrite_process_keeps_the_old_dataset(tmp_path, how):
     deadline = time.monotonic() + 60
     # Ctrl-C while the worker process still imports TensorFlow; kill -9 once shards are in
     journal = staging_folder(out) / JOURNAL_NAME
-    while not (_spawned_children(process.pid) if how == "ctrl-c"
+    while not (spawned_children(process.pid) if how == "ctrl-c"
                else journal.exists() and journal.read_text().count("\n") >= 3):
         assert process.poll() is None and time.monotonic() < deadline, "too late to interrupt"
         time.sleep(0.005)
