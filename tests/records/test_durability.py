@@ -61,6 +61,16 @@ def _replace_image(src: Path) -> None:
     (src / "cat" / "002.jpg").write_bytes(encode_jpeg(random_pixels(7, 30, 30)))
 
 
+def _replace_image_keeping_its_size(src: Path) -> None:
+    # one byte of the entropy-coded data changed: same size, so only the file's time tells
+    path = src / "cat" / "002.jpg"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    stat = path.stat()
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+
+
 def _numpy_source(tmp_path: Path) -> Path:
     src = tmp_path / "arrays"
     src.mkdir()
@@ -79,7 +89,8 @@ def _csv_source(tmp_path: Path) -> Path:
     (_numpy_source, _add_array),
     (_csv_source, _edit_csv_cell),
     (lambda tmp_path: make_image_folder(tmp_path / "images"), _replace_image),
-], ids=["array-added", "csv-cell-edited", "image-replaced"])
+    (lambda tmp_path: make_image_folder(tmp_path / "images"), _replace_image_keeping_its_size),
+], ids=["array-added", "csv-cell-edited", "image-replaced", "image-replaced-same-size"])
 def test_resume_refuses_an_input_that_changed_since_the_interruption(
         tmp_path, monkeypatch, make_source, change):
     src = make_source(tmp_path)

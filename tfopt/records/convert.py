@@ -373,7 +373,7 @@ def _shard_count(split, indices, splits, item_bytes, options) -> int:
 
 
 # The files whose size and modification time the fingerprint holds, by source kind. Image
-# folders: none, their sizes are the item sizes already (one more stat per image is not worth it).
+# folders: none here; the scan's content_stamp covers each image's size and modification time.
 _STAMPED_FILES = {
     SourceKind.IMAGES: lambda config: [],
     SourceKind.NUMPY: lambda config: sorted({ref["file"] for ref in config["refs"]}),
@@ -385,9 +385,10 @@ def _fingerprint(scanned: ScannedSource, options: ConvertOptions, tasks) -> str:
     """A hash of everything that decides the output, to refuse resuming a different job.
 
     Besides the options and the plan: the schema and reader settings (an array added to a folder
-    of .npy files keeps every row index), every item's size (an image replaced under its name),
-    and the size and modification time of array and CSV files (a value edited in place changes
-    nothing else that the scan sees).
+    of .npy files keeps every row index), every item's size, every image's modification time
+    (an image replaced under its name, even by one of the same size), and the size and
+    modification time of array and CSV files (a value edited in place changes nothing else
+    that the scan sees).
     """
     stamps = [(file, os.stat(file).st_size, os.stat(file).st_mtime_ns)
               for file in _STAMPED_FILES[scanned.kind](scanned.reader_config)]
@@ -397,7 +398,8 @@ def _fingerprint(scanned: ScannedSource, options: ConvertOptions, tasks) -> str:
                               "features": [spec.to_json() for spec in scanned.features],
                               "class_names": scanned.class_names,
                               "reader_config": scanned.reader_config,
-                              "item_bytes": scanned.item_bytes, "files": stamps},
+                              "item_bytes": scanned.item_bytes, "files": stamps,
+                              "content_stamp": scanned.content_stamp},
                              sort_keys=True).encode())
     for task in tasks:
         digest.update(json.dumps([task.file, task.items]).encode())
@@ -671,7 +673,8 @@ def _resumable_results(journal: _Journal, fingerprint: str, tasks, dst: Path) ->
         raise DatasetError(
             f"{dst}: the interrupted conversion had another source or other options (seed, "
             "shards, split, compression...), or the input changed since (files added, removed "
-            "or edited); resume with the same source, input and options, or use --overwrite"
+            "or edited, modification times included); resume with the same source, input and "
+            "options, or use --overwrite"
         )
     kept = {}
     planned = {task.file for task in tasks}

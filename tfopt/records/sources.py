@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import enum
+import hashlib
 import io
 import logging
 import math
@@ -87,6 +88,10 @@ class ScannedSource:
         label_key: The label feature, if any.
         skipped: Items left out at scan time under ``on_error="skip"``.
         reader_config: What a worker needs to open a reader; picklable.
+        content_stamp: For image folders, a hash of every image's path, size and modification
+            time (taken from the stat the scan makes anyway), so that ``--resume`` notices an
+            image replaced by one of the same size; None for other sources, whose files the
+            resume check stamps itself.
     """
 
     kind: SourceKind
@@ -100,6 +105,7 @@ class ScannedSource:
     label_key: str | None
     skipped: list[SkippedItem]
     reader_config: dict
+    content_stamp: str | None = None
 
 
 def detect_kind(src: Path) -> SourceKind:
@@ -182,6 +188,7 @@ def _scan_images(src: Path, *, label, skip_bad, max_size, quality, check) -> Sca
         raise SourceError(src, "no class folders: an image folder is laid out as SRC/<class>/<image>")
 
     items, labels, sizes, skipped = [], [], [], []
+    stamp = hashlib.sha256()
 
     def bad(where: str, reason: str) -> None:
         if not skip_bad:
@@ -201,11 +208,14 @@ def _scan_images(src: Path, *, label, skip_bad, max_size, quality, check) -> Sca
                     bad(str(path), f"not an image file (extension {path.suffix!r}; expected one of {allowed})")
                     continue
                 try:
-                    size = path.stat().st_size
+                    status = path.stat()
                 except OSError as error:
                     bad(str(path), f"cannot be read ({error.strerror})")
                     continue
-                items.append((str(path.relative_to(src)), class_index))
+                size = status.st_size
+                relative = str(path.relative_to(src))
+                stamp.update(f"{relative}\0{size}\0{status.st_mtime_ns}\n".encode())
+                items.append((relative, class_index))
                 labels.append(class_index)
                 sizes.append(size)
                 found += 1
@@ -228,6 +238,7 @@ def _scan_images(src: Path, *, label, skip_bad, max_size, quality, check) -> Sca
         image_key=IMAGE_KEY, label_key=LABEL_KEY, skipped=skipped,
         reader_config={"root": str(src), "max_size": max_size, "quality": quality,
                        "check": check},
+        content_stamp=stamp.hexdigest(),
     )
 
 
