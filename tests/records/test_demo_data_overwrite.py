@@ -45,3 +45,25 @@ def test_overwrite_refuses_a_converted_dataset_and_foreign_files(tmp_path):
     (images / "circle" / "notes.txt").write_text("mine")  # inside a class folder
     _refused(_demo(images, 4, "--overwrite"), str(images), "circle/notes.txt")
     assert (images / "circle" / "notes.txt").read_text() == "mine"
+
+
+def test_an_existing_empty_folder_is_filled_only_once_complete(tmp_path, monkeypatch):
+    import tfopt.records.demo_data as demo_data
+
+    images = tmp_path / "images"
+    images.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(images)
+    write_images = demo_data._write_images
+
+    def write_then_interrupt(*args):
+        write_images(*args)  # the first images are on disk
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo_data, "_write_images", write_then_interrupt)
+    assert _demo(link, 4).exit_code == 1
+    assert _files(images) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["images", "link"]
+    monkeypatch.setattr(demo_data, "_write_images", write_images)
+    assert _demo(link, 4).exit_code == 0
+    assert link.is_symlink() and len(_files(images)) == 6  # 2 class folders, 4 images
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["images", "link"]

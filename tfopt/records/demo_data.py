@@ -169,6 +169,18 @@ def _write_images(dst: str, names: list[str], indices: range, seed: int, min_siz
     return total
 
 
+def _move_into_place(filled: Path, final: Path, class_names) -> None:
+    """Rename the filled temporary folder to ``final`` (absent, or an empty folder)."""
+    try:
+        os.replace(filled, final)  # rename(2) also replaces an empty folder
+    except OSError:
+        # ``final`` is an empty mount point (it cannot be renamed over): move the classes in
+        for name in class_names:
+            os.replace(filled / name, final / name)
+        filled.rmdir()
+    fsync_dir(final.parent)
+
+
 def make_demo_data(dst, count: int = 3000, classes: int = 10, seed: int = 0,
                    min_size: int = 320, max_size: int = 480, overwrite: bool = False,
                    workers: int | None = None, progress: bool | None = False) -> DemoDataResult:
@@ -224,14 +236,13 @@ def make_demo_data(dst, count: int = 3000, classes: int = 10, seed: int = 0,
         if not overwrite:
             raise OutputExistsError(f"{dst}: is not empty (demo images of an earlier run); pass "
                                     "--overwrite to replace them")
-    # a new folder is filled under a temporary name and renamed once every image is in: an
-    # interrupted run leaves no folder that looks like a whole dataset (convert would take it
-    # for one). An earlier run's images (--overwrite) are swapped out only then, so none of
-    # theirs mixes with the new ones; an empty folder that exists is written in place
-    staged = replaced or not dst.exists()
-    final = Path(os.path.realpath(dst)) if replaced else dst  # a link to the folder stays one
+    # the images are written into a temporary folder beside the destination and moved in once
+    # every one is there: an interrupted run leaves no folder that looks like a whole dataset
+    # (convert would take it for one). An earlier run's images (--overwrite) are swapped out
+    # only then, so none of theirs mixes with the new ones
+    final = Path(os.path.realpath(dst)) if dst.exists() else dst  # a link to it stays one
     old = temp_path_for(final.with_name(f"{final.name}.old"))  # the earlier images, while swapped
-    target = temp_path_for(final) if staged else dst
+    target = temp_path_for(final)
     try:
         target.mkdir(parents=True, exist_ok=True)
     except OSError as error:  # a parent is a file, or not writable: before any worker starts
@@ -259,16 +270,13 @@ def make_demo_data(dst, count: int = 3000, classes: int = 10, seed: int = 0,
                     for future in concurrent.futures.as_completed(futures):
                         total_bytes += future.result()
                         bar.update(futures[future])
-        if staged:
-            if replaced:
-                os.replace(final, old)
-            os.replace(target, final)
-            fsync_dir(final.parent)
+        if replaced:
+            os.replace(final, old)
+        _move_into_place(target, final, names)
     except BaseException:
-        if staged:
-            if replaced and old.exists() and not final.exists():
-                os.replace(old, final)  # stopped between the two renames: the earlier images stay
-            shutil.rmtree(target, ignore_errors=True)
+        if replaced and old.exists() and not final.exists():
+            os.replace(old, final)  # stopped between the two renames: the earlier images stay
+        shutil.rmtree(target, ignore_errors=True)
         raise
     if replaced:
         shutil.rmtree(old)
