@@ -16,7 +16,9 @@ What each worker does:
    that makes Keras 3 `fit` work under it (keras-team/keras#20585), and batch normalisation
    over the global batch (`tfopt.synchronize_batch_norm`);
 3. the pipeline for the global batch (per-worker batch x workers): each worker reads its own
-   shards (FILE auto-sharding) and the strategy splits every global batch over the replicas;
+   shards (the builder shards the file list by the worker's place in `TF_CONFIG`; with fewer
+   shards than workers, DATA auto-sharding) and the strategy splits every global batch over
+   the replicas;
 4. `fit` with throughput logging and backups in the chief's folder: kill a worker and launch
    again with the same `--work`, and training resumes from the last finished epoch.
 
@@ -64,7 +66,8 @@ def demo_shards(work: Path, preparing: bool, images: int = DEMO_IMAGES) -> Path:
     if preparing:
         tfopt.make_demo_data(work / "images", count=images, min_size=96, max_size=128,
                              overwrite=True)
-        tfopt.convert(work / "images", shards, val_fraction=0.1, overwrite=True)
+        # four training shards: each of two workers reads its own two
+        tfopt.convert(work / "images", shards, val_fraction=0.1, shards=4, overwrite=True)
         return shards
     deadline = time.monotonic() + WAIT_FOR_DATA_S
     while not (shards / MANIFEST_NAME).exists():

@@ -258,12 +258,25 @@ class PipelineChoices:
         return "\n".join(lines)
 
 
-def _tf_config_workers() -> int:
+def _tf_config_worker() -> tuple[int, int | None]:
+    """(training workers in TF_CONFIG's cluster, this process's place among them).
+
+    Numbered as MultiWorkerMirroredStrategy numbers its input pipelines: the chief first, then
+    the workers. The place is None for an evaluator or without a task.
+    """
     try:
-        cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
-    except ValueError:
-        return 1
-    return max(1, len(cluster.get("worker", [])) + len(cluster.get("chief", [])))
+        config = json.loads(os.environ.get("TF_CONFIG", "{}"))
+        cluster, task = config.get("cluster", {}), config.get("task", {})
+        chiefs = len(cluster.get("chief", []))
+        workers = max(1, chiefs + len(cluster.get("worker", [])))
+        place = {"chief": 0, "worker": chiefs + int(task.get("index", 0))}.get(task.get("type"))
+    except (ValueError, TypeError, AttributeError):
+        return 1, None
+    return workers, place
+
+
+def _tf_config_workers() -> int:
+    return _tf_config_worker()[0]
 
 
 class PipelineBuilder:
@@ -308,6 +321,16 @@ class PipelineBuilder:
         raise InvalidArgumentError(
             "image_size is required for image data: batches need one size (e.g. image_size=224)")
 
+    def _shards_by_file(self) -> bool:
+        """Whether this worker reads only its share of the shard files.
+
+        tfopt shards the file list itself instead of leaving it to tf.data's FILE auto-shard
+        policy, which refuses the pipeline: the per-image seed counter (``enumerate``) is a
+        second source ("Found an unshardable source dataset").
+        """
+        workers, place = _tf_config_worker()
+        return workers > 1 and place is not None and len(self.source.files) >= workers
+
     def _replicas(self) -> int:
         return tf.distribute.get_strategy().num_replicas_in_sync
 
@@ -341,12 +364,14 @@ class PipelineBuilder:
         drop = config.drop_remainder
         if drop is None:
             drop = config.training and self._replicas() > 1
-        workers = _tf_config_workers()
-        if workers > 1:
-            shard = ("FILE: each worker reads its own shards" if len(source.files) >= workers
-                     else "DATA: fewer shards than workers, each worker filters records")
+        workers, place = _tf_config_worker()
+        if self._shards_by_file():
+            shard = (f"by file: worker {place} of {workers} reads its own {len(source.files)} "
+                     f"// {workers} shards (tf.data's auto-shard off)")
+        elif workers > 1:
+            shard = "DATA: fewer shards than workers, each worker filters records"
         else:
-            shard = ("FILE when run by several workers (enough shards)"
+            shard = ("by file when run by several workers in TF_CONFIG (enough shards)"
                      if len(source.files) > 1 else "DATA when run by several workers (one shard)")
         gpus = tf.config.list_logical_devices("GPU")
         to_device = config.prefetch_to_device
@@ -494,6 +519,8 @@ class PipelineBuilder:
         expected = [source.expected_counts.get(f, -1) if source.expected_counts else -1
                     for f in source.files]
         files = tf.data.Dataset.from_tensor_slices((source.files, tf.constant(expected, tf.int64)))
+        if self._shards_by_file():
+            files = files.shard(*_tf_config_worker())
         if config.training:
             files = files.shuffle(len(source.files), seed=self._seed, reshuffle_each_iteration=True)
         compression = tf_compression_type(source.compression)
@@ -610,10 +637,14 @@ class PipelineBuilder:
         options.autotune.ram_budget = max(256 << 20, int(self.config.ram_budget - cache_bytes))
         options.experimental_optimization.map_parallelization = True
         options.deterministic = choices.deterministic
+        # sharded by file here already (see _shards_by_file), or DATA with fewer shards than
+        # workers; AUTO where TF_CONFIG does not say (it falls back to DATA)
         policy = tf.data.experimental.AutoShardPolicy
-        workers = _tf_config_workers()
-        options.experimental_distribute.auto_shard_policy = (
-            policy.FILE if len(self.source.files) >= max(2, workers) else policy.DATA)
+        if self._shards_by_file():
+            options.experimental_distribute.auto_shard_policy = policy.OFF
+        else:
+            options.experimental_distribute.auto_shard_policy = (
+                policy.DATA if _tf_config_workers() > 1 else policy.AUTO)
         dataset = dataset.with_options(options)
         if self.config.service is not None:
             # job_name=None: each iteration gets its own job, so a repeated evaluation or a
