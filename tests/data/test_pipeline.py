@@ -205,6 +205,22 @@ def test_corrupt_record_names_the_shard_or_is_skipped_and_counted(indexed_png_da
     assert lost > 0 and read + lost == manifest.num_records
 
 
+def test_a_first_shard_corrupt_from_its_first_record_is_the_pipelines_to_report(
+        indexed_png_dataset, tf):
+    # the schema sample reads on into the next shard instead of failing the builder, so the
+    # pipeline names the shard, or skips and counts it
+    shard = sorted(indexed_png_dataset.glob("train-*"))[0]
+    data = bytearray(shard.read_bytes())
+    data[20] ^= 0x55  # inside the first record
+    shard.write_bytes(bytes(data))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=shard.name):
+        for _ in build_pipeline(indexed_png_dataset, 8, image_size=24):
+            pass
+    builder = PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, skip_corrupt=True)
+    read = sum(int(images.shape[0]) for images, _ in builder.build())
+    assert read > 0 and read + int(builder.corrupt_records.numpy()) == 40
+
+
 def test_non_image_data_parses_per_batch_with_exact_values(tmp_path):
     rng = np.random.default_rng(0)
     arrays = {"pixels": rng.integers(0, 256, (30, 4, 4), dtype=np.uint8),

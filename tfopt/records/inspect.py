@@ -232,8 +232,9 @@ def infer_schema(files, compression, sample,
         files: TFRecord files.
         compression: ``"gzip"`` or None.
         sample: Records to read.
-        stop_at_corruption: Use the records read before a corrupted one instead of raising
-            (readers that handle corruption themselves). Defaults to False.
+        stop_at_corruption: Use the records read before a corrupted one instead of raising,
+            or those of the next files when a file's first record is corrupted (readers that
+            handle corruption themselves). Defaults to False.
 
     Raises:
         tfopt.DatasetError: Records that are not ``tf.train.Example``, a corrupted file (named),
@@ -244,6 +245,7 @@ def infer_schema(files, compression, sample,
 
     stats: dict[str, dict] = {}
     sampled = 0
+    corrupted = None  # the first corrupted file's error, while nothing has been sampled
     for file in files:
         if sampled >= sample:
             break
@@ -260,10 +262,16 @@ def infer_schema(files, compression, sample,
                 for name, feature in example.features.feature.items():
                     _observe(stats.setdefault(name, {}), feature)
         except tf.errors.DataLossError as error:
-            if stop_at_corruption and sampled:
+            problem = DatasetError(f"{file}: corrupted or not a TFRecord file "
+                                   f"({short_tf_message(error)}); run 'tfopt verify' on it")
+            if not stop_at_corruption:
+                raise problem from None
+            if sampled:
                 break
-            raise DatasetError(f"{file}: corrupted or not a TFRecord file "
-                               f"({short_tf_message(error)}); run 'tfopt verify' on it") from None
+            # nothing read yet (the first record is bad): sample the next file
+            corrupted = corrupted or problem
+    if sampled == 0 and corrupted is not None:
+        raise corrupted
     if sampled == 0:
         raise DatasetError(f"{files[0]}: no records to infer a schema from")
     if not stats:
