@@ -185,3 +185,12 @@ def test_sweep_png_and_suffix_dispatch(tmp_path):
     assert svg.read_text().lstrip().startswith("<")
     with pytest.raises(tfopt.InvalidArgumentError, match=r"\.svg or \.png"):
         write_sweep_plot(tmp_path / "sweep.pdf", sweep)
+
+
+def test_an_epoch_without_measured_steps_reads_n_a_not_nan():
+    import math
+
+    from tfopt.bench.train import _percent
+
+    assert _percent(math.nan) == "n/a"
+    assert _percent(12.345) == "12.3 %" and _percent(3.4, 0) == "3 %"

@@ -187,6 +187,11 @@ class RunResult:
                 "overall_rate": self.overall_rate}
 
 
+def _percent(value: float, decimals: int = 1) -> str:
+    """``12.3 %``, or ``n/a`` where an epoch had no step after the warm-up to measure."""
+    return "n/a" if math.isnan(value) else f"{value:.{decimals}f} %"
+
+
 def _median_spread(values) -> dict:
     values = list(values)
     return {"median": statistics.median(values), "spread": [min(values), max(values)]}
@@ -299,7 +304,7 @@ class TrainBenchReport:
                 f"{name:9s}  {result.median():8.1f} ({low:7.1f}-{high:7.1f})   "
                 f"{result.median('first_epoch_rate'):7.1f} ({first_low:6.1f}-{first_high:6.1f})"
                 f"   {result.median('overall_rate'):8.1f}   "
-                f"{result.median('steady_input_bound'):9.1f} %   "
+                f"{_percent(result.median('steady_input_bound')):>11s}   "
                 f"{result.median('val_accuracy'):.3f} ({acc_low:.3f}-{acc_high:.3f})")
         lines.append(f"tfopt/baseline: {self.ratio():.2f}x after epoch 1, "
                      f"{self.ratio('first_epoch_rate'):.2f}x in epoch 1 (compile and cache fill "
@@ -595,7 +600,7 @@ def run_train_bench(settings: TrainBenchSettings,
             say(f"run {repeat + 1}/{settings.repeats} {method:8s} "
                 + " ".join(f"{rate:7.1f}" for rate in result.epoch_rates)
                 + " examples/s per epoch, input-bound "
-                + " ".join(f"{p:.0f}%" for p in result.input_bound_percent)
+                + " ".join(_percent(p, 0) for p in result.input_bound_percent)
                 + f", {eval_split} accuracy {result.val_accuracy:.3f}")
 
     sweep: dict[int, float] = {}
