@@ -321,15 +321,17 @@ class PipelineBuilder:
         raise InvalidArgumentError(
             "image_size is required for image data: batches need one size (e.g. image_size=224)")
 
-    def _shards_by_file(self) -> bool:
-        """Whether this worker reads only its share of the shard files.
+    def _file_share(self) -> tuple[int, int] | None:
+        """``(workers, place)`` when this worker reads only its share of the shard files.
 
         tfopt shards the file list itself instead of leaving it to tf.data's FILE auto-shard
         policy, which refuses the pipeline: the per-image seed counter (``enumerate``) is a
         second source ("Found an unshardable source dataset").
         """
         workers, place = _tf_config_worker()
-        return workers > 1 and place is not None and len(self.source.files) >= workers
+        if workers > 1 and place is not None and len(self.source.files) >= workers:
+            return workers, place
+        return None
 
     def _replicas(self) -> int:
         return tf.distribute.get_strategy().num_replicas_in_sync
@@ -364,10 +366,13 @@ class PipelineBuilder:
         drop = config.drop_remainder
         if drop is None:
             drop = config.training and self._replicas() > 1
-        workers, place = _tf_config_worker()
-        if self._shards_by_file():
-            shard = (f"by file: worker {place} of {workers} reads its own {len(source.files)} "
-                     f"// {workers} shards (tf.data's auto-shard off)")
+        workers = _tf_config_workers()
+        share = self._file_share()
+        if share is not None:
+            place = share[1]
+            mine = len(range(place, len(source.files), workers))  # what files.shard() keeps
+            shard = (f"by file: worker {place} of {workers} reads its own {mine} of the "
+                     f"{len(source.files)} shards (tf.data's auto-shard off)")
         elif workers > 1:
             shard = "DATA: fewer shards than workers, each worker filters records"
         else:
@@ -500,10 +505,11 @@ class PipelineBuilder:
     def _with_known_length(self, batches: tf.data.Dataset) -> tf.data.Dataset:
         """Tell tf.data (and so Keras) how many batches one pass holds, where that is sure.
 
-        The record counting in :meth:`_records` hides the length (a filter), so Keras would
-        not know a validation pass's steps and warns "Your input ran out of data" at its end.
-        The manifest's count is exact when nothing is skipped; not under several workers,
-        whose auto-sharding makes each worker's pass shorter, nor through the tf.data service.
+        The record counting in :meth:`_records` hides the length (a scan over blocks, then
+        unbatch), so Keras would not know a validation pass's steps and warns "Your input ran
+        out of data" at its end. The manifest's count is exact when nothing is skipped; not
+        under several workers, whose sharding makes each worker's pass shorter, nor through the
+        tf.data service.
         """
         config = self.config
         steps = self.steps_per_epoch
@@ -519,8 +525,9 @@ class PipelineBuilder:
         expected = [source.expected_counts.get(f, -1) if source.expected_counts else -1
                     for f in source.files]
         files = tf.data.Dataset.from_tensor_slices((source.files, tf.constant(expected, tf.int64)))
-        if self._shards_by_file():
-            files = files.shard(*_tf_config_worker())
+        share = self._file_share()
+        if share is not None:
+            files = files.shard(*share)
         if config.training:
             files = files.shuffle(len(source.files), seed=self._seed, reshuffle_each_iteration=True)
         compression = tf_compression_type(source.compression)
@@ -637,10 +644,10 @@ class PipelineBuilder:
         options.autotune.ram_budget = max(256 << 20, int(self.config.ram_budget - cache_bytes))
         options.experimental_optimization.map_parallelization = True
         options.deterministic = choices.deterministic
-        # sharded by file here already (see _shards_by_file), or DATA with fewer shards than
+        # sharded by file here already (see _file_share), or DATA with fewer shards than
         # workers; AUTO where TF_CONFIG does not say (it falls back to DATA)
         policy = tf.data.experimental.AutoShardPolicy
-        if self._shards_by_file():
+        if self._file_share() is not None:
             options.experimental_distribute.auto_shard_policy = policy.OFF
         else:
             options.experimental_distribute.auto_shard_policy = (

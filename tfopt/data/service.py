@@ -151,7 +151,7 @@ def start_worker(dispatcher: str, port: int = 0, host: str = DEFAULT_HOST) -> Se
 
 
 def _started(role: str, port: int, start):
-    """``start()``, with TensorFlow's bare RuntimeError (port in use, folder not made) as one line."""
+    """``start()``, with TensorFlow's bare RuntimeError (a port in use) as one line."""
     try:
         return start()
     except RuntimeError as error:

@@ -390,8 +390,10 @@ def _fingerprint(scanned: ScannedSource, options: ConvertOptions, tasks) -> str:
     modification time of array and CSV files (a value edited in place changes nothing else
     that the scan sees).
     """
-    stamps = [(file, os.stat(file).st_size, os.stat(file).st_mtime_ns)
-              for file in _STAMPED_FILES[scanned.kind](scanned.reader_config)]
+    stamps = []
+    for file in _STAMPED_FILES[scanned.kind](scanned.reader_config):
+        status = os.stat(file)
+        stamps.append((file, status.st_size, status.st_mtime_ns))
     digest = hashlib.sha256()
     digest.update(json.dumps({"source": scanned.path, "kind": scanned.kind.value,
                               "options": options.plan_fields(),

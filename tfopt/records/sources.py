@@ -153,7 +153,7 @@ def scan_source(
     if kind is SourceKind.CSV and not src.is_file():
         raise SourceError(src, "is a folder; a CSV source is a .csv or .tsv file with a header row")
     scanner = _SCANNERS[kind]
-    return scanner(Path(src).resolve(), label=label, skip_bad=skip_bad,
+    return scanner(src.resolve(), label=label, skip_bad=skip_bad,
                    max_size=max_size, quality=quality, check=check)
 
 
