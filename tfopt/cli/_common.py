@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import click
@@ -28,6 +29,14 @@ class TfoptGroup(click.Group):
         except TfoptError as error:
             click.echo(f"tfopt: error: {error}", err=True)
             ctx.exit(1)
+
+
+def finite(context, parameter, value):
+    """A click callback refusing inf and nan, which pass click's FloatRange (nan compares false
+    with any bound, and inf passes a range without a maximum)."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value!r}: expected a finite number")
+    return value
 
 
 class ByteSize(click.ParamType):

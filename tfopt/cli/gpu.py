@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import os
 import sys
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from tfopt.cli._common import finite
 from tfopt.errors import InvalidArgumentError
 from tfopt.gpu.doctor import CheckStatus, run_doctor
 from tfopt.gpu.nvml import NvmlSession
@@ -104,16 +104,9 @@ class _SampleFiles:
                 file.close()
 
 
-def _finite(context, parameter, value):
-    """Refuse inf and nan, which pass click's FloatRange (nan compares false with any bound)."""
-    if value is not None and not math.isfinite(value):
-        raise click.BadParameter(f"{value!r}: expected a finite number of seconds, e.g. 1")
-    return value
-
-
 @click.command()
 @click.option("-n", "--interval", type=click.FloatRange(min=0, min_open=True), default=1.0,
-              callback=_finite, show_default=True, help="Seconds between samples.")
+              callback=finite, show_default=True, help="Seconds between samples.")
 @click.option("--count", type=click.IntRange(min=1), default=None,
               help="Take this many samples, then exit. Default: until Ctrl-C.")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path),

@@ -7,11 +7,11 @@ import sys
 
 import click
 
-from tfopt.cli._common import ByteSize, echo_json, needs_tensorflow
+from tfopt.cli._common import ByteSize, echo_json, finite, needs_tensorflow
+from tfopt.train.batch_size import MIN_BUILTIN_IMAGE_SIZE  # imports no TensorFlow
 
 _BUILTIN_SPEC = "tfopt.train.batch_size:_builtin_model"
 _DEFAULT_CLASSES = 10
-_MIN_CNN_IMAGE_SIZE = 8  # tfopt.train.batch_size's tiny CNN: three 2x2 poolings
 
 
 def _batch_sizes(ctx, param, value):
@@ -25,13 +25,6 @@ def _batch_sizes(ctx, param, value):
         raise click.BadParameter(f"{value!r}: expected positive integers separated by commas, "
                                  "e.g. 32,64,128")
     return sizes
-
-
-def _not_nan(ctx, param, value):
-    # click's FloatRange lets nan through (every comparison with it is False)
-    if value != value:
-        raise click.BadParameter("nan: expected a number")
-    return value
 
 
 def _classes_of(data) -> int:
@@ -68,13 +61,13 @@ def tune():
               help="Memory a step may use, standing in for GPU memory (e.g. 2GB) [default: "
               "half the RAM available on a CPU-only machine, none with a GPU].")
 @click.option("--margin", type=click.FloatRange(0, 1, min_open=True), default=0.9,
-              callback=_not_nan, show_default=True, help="Fraction of the largest batch that fits to recommend.")
+              callback=finite, show_default=True, help="Fraction of the largest batch that fits to recommend.")
 @click.option("--sweep", callback=_batch_sizes, metavar="SIZES",
               help="Also time these batch sizes, e.g. 32,64,128.")
 @click.option("--steps", type=click.IntRange(min=1), default=10, show_default=True,
               help="Timed steps per swept size.")
 @click.option("--tolerance", type=click.FloatRange(0, 1, max_open=True), default=0.05,
-              callback=_not_nan, show_default=True,
+              callback=finite, show_default=True,
               help="The sweep picks the smallest batch within this fraction of the best.")
 @click.option("--find/--no-find", default=True, show_default=True,
               help="Search for the largest batch that fits.")
@@ -93,9 +86,9 @@ def batch_size(model_spec, builtin, data, image_size, max_batch_size, memory_bud
         raise click.UsageError("give --model or --builtin, not both")
     if not find and not sweep:
         raise click.UsageError("--no-find needs --sweep: nothing to do otherwise")
-    if not model_spec and (builtin or "cnn") == "cnn" and image_size < _MIN_CNN_IMAGE_SIZE:
+    if not model_spec and (builtin or "cnn") == "cnn" and image_size < MIN_BUILTIN_IMAGE_SIZE:
         raise click.BadParameter(f"{image_size}: the built-in cnn needs at least "
-                                 f"{_MIN_CNN_IMAGE_SIZE} px (it halves the image three times)",
+                                 f"{MIN_BUILTIN_IMAGE_SIZE} px (it halves the image three times)",
                                  param_hint="'--image-size'")
     if "tensorflow" not in sys.modules:
         # TensorFlow's CPU allocator keeps complete memory statistics only in this mode; it

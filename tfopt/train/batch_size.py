@@ -458,6 +458,7 @@ def load_model_spec(spec: str, **kwargs):
 
 
 _BUILTINS = ("cnn", "mlp")
+MIN_BUILTIN_IMAGE_SIZE = 8  # the built-in cnn halves its input three times
 
 
 def _builtin_model(name: str, image_size: int = 32, classes: int = 10):
@@ -471,8 +472,9 @@ def _builtin_model(name: str, image_size: int = 32, classes: int = 10):
 
     if name not in _BUILTINS:
         raise InvalidArgumentError(f"builtin={name!r}: expected one of {', '.join(_BUILTINS)}")
-    if not isinstance(image_size, int) or image_size < 8:  # the cnn halves it three times
-        raise InvalidArgumentError(f"image_size={image_size!r}: expected an int of at least 8 px")
+    if not isinstance(image_size, int) or image_size < MIN_BUILTIN_IMAGE_SIZE:
+        raise InvalidArgumentError(f"image_size={image_size!r}: expected an int of at least "
+                                   f"{MIN_BUILTIN_IMAGE_SIZE} px")
     layers = keras.layers
     inputs = keras.Input((image_size, image_size, 3), dtype="uint8")
     x = layers.Rescaling(1 / 255)(inputs)
