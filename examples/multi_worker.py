@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import tempfile
 import time
@@ -108,8 +109,11 @@ def train(shards: Path, work: Path, epochs: int) -> None:
     weights = b"".join(np.asarray(w, dtype=np.float32).tobytes() for w in model.get_weights())
     last = {key: values[-1] for key, values in history.history.items()}
     accuracy = last.get("val_accuracy", float("nan"))  # absent when no validation batch came
+    rate = last["examples_per_second"]
+    # NaN when the epoch had no step left after the callback's warm-up steps
+    speed = "n/a (epoch too short to time)" if math.isnan(rate) else f"{rate:.0f}"
     print(f"done: {chosen.replicas} replica(s), val_accuracy {accuracy:.3f}, "
-          f"{last['examples_per_second']:.0f} examples/s (global), "
+          f"{speed} examples/s (global), "
           f"weights crc32 {zlib.crc32(weights):08x}", flush=True)
 
 

@@ -129,6 +129,38 @@ def test_a_killed_worker_process_keeps_the_work_for_resume(tmp_path):
     assert tfopt.verify(out).ok
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="flock, SIGSTOP")
+def test_a_second_run_beside_a_running_conversion_is_refused_and_leaves_it_whole(tmp_path):
+    src = tmp_path / "images"
+    tfopt.make_demo_data(src, count=400, classes=4, min_size=40, max_size=56, workers=1)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "tfopt", "convert", str(src), str(out), "--shards", "8",
+               "--workers", "1", "-q"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    journal = out / JOURNAL_NAME
+    deadline = time.monotonic() + 60
+    while not (journal.exists() and journal.read_text().count("\n") >= 3):
+        assert process.poll() is None and time.monotonic() < deadline, "no shard seen in time"
+        time.sleep(0.005)
+    os.killpg(process.pid, signal.SIGSTOP)  # mid-run, for as long as the second runs take
+    try:
+        during = {path.name: path.read_bytes() for path in out.iterdir()}
+        # a --resume would otherwise take the running one's half-written shard for a killed
+        # worker's leftover and delete it; a plain run or --overwrite would write beside it
+        for options in ({}, {"resume": True}, {"overwrite": True}):
+            with pytest.raises(tfopt.OutputExistsError,
+                               match="another 'tfopt convert' is writing there now"):
+                tfopt.convert(src, out, workers=1, shards=8, **options)
+        assert {path.name: path.read_bytes() for path in out.iterdir()} == during
+    finally:
+        os.killpg(process.pid, signal.SIGCONT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    assert tfopt.verify(out).ok
+    assert not tfopt.records.convert.staging_folder(out).exists()
+
+
 def test_a_truncated_npy_file_is_named_instead_of_failing_in_a_worker(tmp_path):
     src = tmp_path / "arrays"
     src.mkdir()

@@ -292,7 +292,7 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
         resumed = len(tasks) - len(todo)
         return ConvertResult(dst, manifest, time.perf_counter() - started, resumed)
     finally:
-        output.release()  # the staging folder's lock
+        output.release()  # the output or staging folder's lock
 
 
 def _refuse_nested(src: Path, dst: Path) -> None:
@@ -434,7 +434,7 @@ class _Output:
     folder: Path  # where the shards and the journal go
     created: bool  # made by this run: removed again if the run fails on bad input
     staged: bool  # the staging folder of an --overwrite, swapped into dst at the end
-    lock: int | None = None  # a descriptor of the staging folder, locked for this run
+    lock: int | None = None  # a descriptor of the folder written, locked for this run
 
     def release(self) -> None:
         if self.lock is not None:
@@ -443,20 +443,31 @@ class _Output:
 
 def _lock_staging(staging: Path) -> int | None:
     """Lock the staging folder for this run, or refuse when another run holds it: a second
-    --overwrite would remove the first one's shards, or undo its swap. The lock (flock) goes
-    with the process, kill -9 included, so a killed run never leaves it held."""
-    if fcntl is None:  # no flock (Windows): unguarded, as before
+    --overwrite would remove the first one's shards, or undo its swap."""
+    return _lock_folder(staging, "another 'tfopt convert --overwrite' is writing there now")
+
+
+def _lock_output(dst: Path) -> int | None:
+    """Lock the output folder of a plain or --resume run, or refuse when another run writes
+    there: the two would write the same shard names, and a --resume started beside a running
+    conversion would delete its half-written shards as leftovers of a killed worker."""
+    return _lock_folder(dst, "another 'tfopt convert' is writing there now")
+
+
+def _lock_folder(folder: Path, busy: str) -> int | None:
+    """Hold an exclusive flock on ``folder`` (None: folder gone, or no flock on this system).
+    The lock goes with the process, kill -9 included, so a killed run never leaves it held."""
+    if fcntl is None:  # no flock (Windows): unguarded
         return None
     try:
-        fd = os.open(staging, os.O_RDONLY)
+        fd = os.open(folder, os.O_RDONLY)
     except FileNotFoundError:
         return None  # removed meanwhile: its run has finished
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
-        raise OutputExistsError(f"{staging}: another 'tfopt convert --overwrite' is writing "
-                                "there now; wait for it to finish, or stop it") from None
+        raise OutputExistsError(f"{folder}: {busy}; wait for it to finish, or stop it") from None
     return fd
 
 
@@ -500,10 +511,22 @@ def _prepare_locked(dst: Path, options: ConvertOptions, staging: Path, lock) -> 
         except OSError as error:  # a parent is a file, or not writable
             raise TfoptError(f"{dst}: cannot create the output folder ({error.strerror}); "
                              "choose a folder that can be created") from None
-        return _Output(dst, created=True, staged=False)
+        return _Output(dst, created=True, staged=False, lock=_lock_output(dst))
+    # locked before its entries are judged: a running conversion's journal and half-written
+    # shards would otherwise pass for an interrupted one's
+    dst_lock = _lock_output(dst)
+    try:
+        return _prepare_existing(dst, options, staging, dst_lock)
+    except BaseException:
+        if dst_lock is not None:
+            os.close(dst_lock)
+        raise
+
+
+def _prepare_existing(dst: Path, options: ConvertOptions, staging: Path, dst_lock) -> _Output:
     entries = sorted(dst.iterdir())
     if not entries:
-        return _Output(dst, created=False, staged=False)
+        return _Output(dst, created=False, staged=False, lock=dst_lock)
     foreign = [entry.name for entry in entries if not _is_ours(entry)]
     has_manifest = (dst / MANIFEST_NAME).exists()
     has_journal = (dst / JOURNAL_NAME).exists()
@@ -525,7 +548,12 @@ def _prepare_locked(dst: Path, options: ConvertOptions, staging: Path, lock) -> 
                              f"({error.strerror}); the folder holding {dst} must be "
                              "writable") from None
         fsync_dir(staging.parent)
-        return _Output(staging, created=True, staged=True, lock=_lock_staging(staging))
+        staging_lock = _lock_staging(staging)
+        if dst_lock is not None:
+            # the staging lock guards the rest of the run; a plain run that starts in dst
+            # from now on finds the old dataset there and is refused
+            os.close(dst_lock)
+        return _Output(staging, created=True, staged=True, lock=staging_lock)
     if options.resume:
         if has_manifest:
             raise OutputExistsError(f"{dst}: already holds a complete dataset ({MANIFEST_NAME}); "
@@ -533,7 +561,7 @@ def _prepare_locked(dst: Path, options: ConvertOptions, staging: Path, lock) -> 
         for entry in entries:
             if is_temp_file(entry):
                 entry.unlink(missing_ok=True)  # left by a killed worker
-        return _Output(dst, created=False, staged=False)
+        return _Output(dst, created=False, staged=False, lock=dst_lock)
     # a journal beside a manifest is stale (killed between the two writes): nothing to resume
     hint = ("finish the interrupted conversion with --resume, or start again with --overwrite"
             if has_journal and not has_manifest else "pass --overwrite to replace the dataset there")
