@@ -185,6 +185,19 @@ def test_a_damaged_compressed_npz_member_is_named(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_damaged_uncompressed_npz_member_is_named_before_anything_is_written(tmp_path):
+    # uncompressed members are memory-mapped, past zipfile's CRC check: tfopt makes its own
+    src = tmp_path / "arrays.npz"
+    rng = np.random.default_rng(0)
+    np.savez(src, x=rng.random((50, 16)), label=np.arange(50))  # x first: bytes ~200-6600
+    data = bytearray(src.read_bytes())
+    data[3000] ^= 0xFF  # one flipped byte in x's values: the file keeps its size
+    src.write_bytes(bytes(data))
+    with pytest.raises(tfopt.SourceError, match=r"\[key 'x'\]: damaged: its CRC-32 is "):
+        tfopt.convert(src, tmp_path / "out", workers=1)
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_conversion_interrupted_before_its_first_shard_is_called_incomplete(
         image_folder, tmp_path, monkeypatch):
     out = tmp_path / "out"

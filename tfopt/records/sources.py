@@ -387,9 +387,31 @@ def _npz_refs(path: Path) -> list[_ArrayRef]:
                 # local file header: 30 bytes, then the name and an extra field of its own length
                 raw.seek(info.header_offset + 26)
                 name_length, extra_length = np.frombuffer(raw.read(4), "<u2")
-                offset = info.header_offset + 30 + int(name_length) + int(extra_length) + header_length
+                start = info.header_offset + 30 + int(name_length) + int(extra_length)
+                offset = start + header_length
+                _check_stored_crc(raw, start, info, where)
             refs.append(_ArrayRef(key, str(path), info.filename, shape, dtype.str, fortran, offset))
     return refs
+
+
+_CRC_CHUNK = 16 << 20
+
+
+def _check_stored_crc(raw, start: int, info: zipfile.ZipInfo, where: str) -> None:
+    """Check an uncompressed member's CRC-32, as np.load's read through zipfile would: the
+    member is memory-mapped instead, which bypasses zipfile's check, and damage would
+    otherwise be stored silently (compressed members are checked as they are inflated)."""
+    raw.seek(start)
+    crc, left = 0, info.compress_size
+    while left > 0:
+        chunk = raw.read(min(_CRC_CHUNK, left))
+        if not chunk:
+            break  # cut short: _require_data has named it already, or the zip index is off
+        crc = zlib.crc32(chunk, crc)
+        left -= len(chunk)
+    if left > 0 or crc != info.CRC:
+        raise SourceError(where, f"damaged: its CRC-32 is {crc:08x}, the archive says "
+                          f"{info.CRC:08x}; copy the file again or save it anew")
 
 
 def _npy_ref(path: Path) -> _ArrayRef:
