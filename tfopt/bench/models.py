@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 
 from tfopt._tf import import_tensorflow
+from tfopt.bench import MIN_MODEL_IMAGE_SIZE
 from tfopt.errors import InvalidArgumentError
 
 import_tensorflow()
@@ -110,8 +111,9 @@ def build_model(name: str = "cnn", image_size: int = DEFAULT_IMAGE_SIZE, classes
     except ValueError:
         raise InvalidArgumentError(
             f"model={name!r}: choose one of {', '.join(m.value for m in ModelName)}") from None
-    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 16:
-        raise InvalidArgumentError(f"image_size={image_size!r}: expected an int >= 16 (the CNN "
+    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < MIN_MODEL_IMAGE_SIZE:
+        raise InvalidArgumentError(f"image_size={image_size!r}: expected an int >= "
+                                   f"{MIN_MODEL_IMAGE_SIZE} (the CNN "
                                    "halves it four times)")
     if isinstance(classes, bool) or not isinstance(classes, int) or classes < 2:
         raise InvalidArgumentError(f"classes={classes!r}: expected an int >= 2")

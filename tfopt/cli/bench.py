@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from tfopt.bench import MIN_MODEL_IMAGE_SIZE  # imports no TensorFlow
 from tfopt.bench.service_workers import MAX_SERVICE_WORKERS  # imports no TensorFlow
 from tfopt.cli._common import echo_json, needs_tensorflow
 
@@ -32,7 +33,6 @@ def _worker_counts(ctx, param, value):
 # Checked here, before any work: the library checks them too, but only once the benchmark (or,
 # for bench train, the demo data) has run for a minute or more.
 _POSITIVE = click.IntRange(min=1)
-MIN_MODEL_IMAGE_SIZE = 16  # tfopt.bench.models.build_model's floor: the CNN halves it 4 times
 _PLOT_SUFFIXES = (".svg", ".png")  # what tfopt.bench.train.write_sweep_plot writes
 
 
