@@ -18,6 +18,7 @@ import importlib
 from tfopt._version import __version__
 from tfopt.errors import (
     DatasetError,
+    DiskFullError,
     GpuUnavailableError,
     InvalidArgumentError,
     OutputExistsError,
@@ -114,6 +115,7 @@ __all__ = [
     "SourceError",
     "DatasetError",
     "OutputExistsError",
+    "DiskFullError",
     "GpuUnavailableError",
     *_LAZY_EXPORTS,
 ]

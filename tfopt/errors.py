@@ -42,5 +42,9 @@ class OutputExistsError(TfoptError):
     """The output folder holds data and neither --overwrite nor --resume was given."""
 
 
+class DiskFullError(TfoptError):
+    """The output's file system is full, or too full for the conversion to fit."""
+
+
 class GpuUnavailableError(TfoptError):
     """NVML or an NVIDIA GPU is not available (the reason is in the message)."""

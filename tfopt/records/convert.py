@@ -45,7 +45,14 @@ from tfopt._progress import Progress
 from tfopt._system import usable_cores
 from tfopt._validate import choice, require
 from tfopt._version import __version__
-from tfopt.errors import DatasetError, InvalidArgumentError, OutputExistsError, TfoptError
+from tfopt.errors import (
+    DatasetError,
+    DiskFullError,
+    InvalidArgumentError,
+    OutputExistsError,
+    TfoptError,
+)
+from tfopt.records.disk_space import is_disk_full, require_space_for_images
 from tfopt.records.manifest import (
     JOURNAL_NAME,
     MANIFEST_NAME,
@@ -263,9 +270,15 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
         # outside the try: a refused resume (other options, changed input) must leave the
         # interrupted run's shards and journal alone, for a rerun with the right options
         done = _resumable_results(journal, fingerprint, tasks, work) if options.resume else {}
+        todo = [task for task in tasks if task.file not in done]
+        try:
+            _check_space(scanned, options, tasks, todo, work)
+        except DiskFullError:
+            if output.created and not any(work.iterdir()):
+                work.rmdir()
+            raise
         try:
             journal.start(fingerprint, keep=bool(done))
-            todo = [task for task in tasks if task.file not in done]
             if done:
                 logger.info("resuming: %d of %d shards already complete", len(done), len(tasks))
             total_items = sum(len(task.items) for task in todo)
@@ -279,20 +292,47 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
             logger.warning("interrupted: finished shards are kept; run again with --resume%s", kept)
             error.tfopt_reported = True  # the CLI prints nothing more
             raise
-        except BaseException:
+        except BaseException as error:
+            if is_disk_full(error):
+                raise _disk_full(work, done, tasks) from None
             _discard_output(work, tasks, output.created)
             raise
         manifest = _build_manifest(scanned, options, tasks, done, src)
-        if output.staged:
-            _swap_in(work, dst, manifest)
-        else:
-            write_manifest(dst, manifest)
-            journal.remove()
-            fsync_dir(dst)
+        try:
+            if output.staged:
+                _swap_in(work, dst, manifest)
+            else:
+                write_manifest(dst, manifest)
+                journal.remove()
+                fsync_dir(dst)
+        except OSError as error:
+            if is_disk_full(error):
+                raise _disk_full(work, done, tasks) from None
+            raise
         resumed = len(tasks) - len(todo)
         return ConvertResult(dst, manifest, time.perf_counter() - started, resumed)
     finally:
         output.release()  # the output or staging folder's lock
+
+
+def _check_space(scanned: ScannedSource, options: ConvertOptions, tasks, todo, work) -> None:
+    """Refuse an image conversion that cannot fit, before its first shard (see disk_space)."""
+    if scanned.kind is not SourceKind.IMAGES or options.max_size is not None or not todo:
+        return  # records of arrays, CSV rows or downscaled images may be smaller than the source
+    share = sum(len(task.items) for task in todo) / sum(len(task.items) for task in tasks)
+    what = f"the {'rest of the ' if len(todo) < len(tasks) else ''}dataset"
+    require_space_for_images(work, int(sum(scanned.item_bytes) * share), what)
+
+
+def _disk_full(work: Path, done: dict, tasks) -> DiskFullError:
+    """The disk filled up mid-run: drop the half-written shards (they hold the space), keep the
+    finished ones and the journal for --resume, as after an interruption."""
+    for entry in work.iterdir():
+        if is_temp_file(entry):
+            entry.unlink(missing_ok=True)
+    return DiskFullError(f"{work}: no space left on device after {len(done)} of {len(tasks)} "
+                         "shards; the finished ones are kept: free space, then run again with "
+                         "--resume")
 
 
 def _refuse_nested(src: Path, dst: Path) -> None:
