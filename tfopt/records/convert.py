@@ -241,7 +241,10 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
     Raises:
         tfopt.SourceError: Bad input, named with its file and row or key (nothing is left
             written unless ``on_error="skip"``).
-        tfopt.OutputExistsError: ``dst`` holds data and neither overwrite nor resume was given.
+        tfopt.OutputExistsError: ``dst`` holds data and neither overwrite nor resume was given,
+            or another conversion is writing there now.
+        tfopt.DiskFullError: The images cannot fit on ``dst``'s disk (checked before writing),
+            or the disk filled up (the finished shards are kept for ``resume``).
         tfopt.InvalidArgumentError: An option is out of range, or ``dst`` is ``src``, inside
             it or around it.
 
