@@ -19,6 +19,23 @@ not been built yet (``fit``/``train_on_batch`` build it on the first step; ``com
 Under ``mixed_float16`` the ``LossScaleOptimizer`` that ``compile`` adds skips a micro-batch
 whose scaled gradients overflow (and halves the scale); the inner optimizer neither adds nor
 counts it, so that update averages the next k finite micro-batches and spans k+1 batches.
+
+What Keras gets wrong under ``MirroredStrategy``/``MultiWorkerMirroredStrategy`` (Keras 3.15,
+``BaseOptimizer._backend_apply_gradients``): it chooses between "update" and "add to the
+accumulators" with ``ops.cond`` inside the replica function, and both branches go through
+``maybe_merge_call``. TensorFlow forbids a ``merge_call`` inside a control-flow branch in a
+replica context (``RuntimeError: merge_call called while defining a new graph or a
+tf.function``, case 3 in ``tensorflow/python/distribute/mirrored_run.py``; Keras's own
+``LossScaleOptimizer._tf_apply`` says the same and moves its cond to the cross-replica context).
+Only GPUs under XLA skip merge_call. :func:`configure_accumulation` therefore gives the
+optimizer its own ``_backend_apply_gradients`` (:func:`_replica_apply_gradients`) that is used
+only in a replica context of those two strategies: it all-reduces (sums) each micro-batch's
+gradients *before* the cond, so every replica holds the same global gradient, and both branches
+then update only local copies: model weights, slots and accumulators are Keras variables with
+``aggregation="none"``, which a replica updates without merge_call. Every replica applies the
+same update to the same values, so the copies stay identical, as under Keras's own path, and
+the weights equal one device's trained on batches of ``steps`` times the global batch.
+The cost: one all-reduce per micro-batch, as training without accumulation has.
 """
 
 from __future__ import annotations
@@ -26,12 +43,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import numbers
+import types
 
 from tfopt._tf import import_tensorflow
 
 import_tensorflow()  # before keras: imports TensorFlow without its C++ start-up banners
 
 import keras  # noqa: E402  (after the quiet TensorFlow import above)
+import tensorflow as tf  # noqa: E402
 
 from tfopt.errors import InvalidArgumentError  # noqa: E402
 
@@ -149,6 +168,67 @@ def _inner_optimizer(optimizer):
     return inner
 
 
+def _needs_replica_path() -> bool:
+    # inside strategy.run of a (multi-worker) mirrored strategy, where Keras's cond would
+    # merge_call; the default strategy, TPUs and parameter servers keep Keras's own code
+    if not tf.distribute.has_strategy() or tf.distribute.in_cross_replica_context():
+        return False
+    strategy = tf.distribute.get_strategy()
+    return isinstance(strategy, (tf.distribute.MirroredStrategy,
+                                 tf.distribute.MultiWorkerMirroredStrategy))
+
+
+def _replica_apply_gradients(self, grads, trainable_variables):
+    """``_backend_apply_gradients`` of an accumulating optimizer under a mirrored strategy.
+
+    Keras's version (``keras/src/optimizers/base_optimizer.py``, 3.15) with the cross-replica
+    work moved out of the cond: see the module docstring. Anywhere else it calls Keras's.
+    """
+    if not (self.gradient_accumulation_steps and _needs_replica_path()):
+        return type(self)._backend_apply_gradients(self, grads, trainable_variables)
+    steps = self.gradient_accumulation_steps
+    # the global micro-batch gradient (the loss is already divided by the replica count, as
+    # Keras does for any strategy), the same on every replica; sparse gradients made dense
+    # since they are added to dense accumulators anyway
+    grads = [tf.convert_to_tensor(g) for g in grads]
+    grads = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, grads)
+    acc_grads = [self._accumulated_gradients[self._get_variable_index(v)]
+                 for v in trainable_variables]
+    variables = [v.value if isinstance(v, keras.Variable) else v for v in trainable_variables]
+    is_update_step = (self._iterations + 1) % steps == 0
+
+    def update():
+        mean = self._clip_gradients([(g + acc) / steps for g, acc in zip(grads, acc_grads, strict=True)])
+        learning_rate = self.learning_rate
+        if self.weight_decay is not None:  # Keras's weight_decay_fn, per replica
+            for variable in variables:
+                if self._use_weight_decay(variable):
+                    decay = tf.cast(self.weight_decay, variable.dtype)
+                    variable.assign_sub(
+                        variable * decay * tf.cast(learning_rate, variable.dtype))
+        for grad, variable in zip(mean, variables, strict=True):
+            self.update_step(grad, variable, learning_rate)
+        for acc in acc_grads:
+            acc.assign(tf.zeros(acc.shape, acc.dtype))
+        return tf.constant(True)
+
+    def accumulate():
+        for grad, acc in zip(grads, acc_grads, strict=True):
+            acc.assign(acc + tf.cast(grad, acc.dtype))
+        return tf.constant(False)
+
+    tf.cond(is_update_step, update, accumulate)
+    if self.use_ema:  # as Keras does after its cond
+        self._update_model_variables_moving_average(self._trainable_variables)
+        if self.ema_overwrite_frequency:
+            keras.ops.cond(
+                (self.iterations + 1) % self.ema_overwrite_frequency == 0,
+                lambda: self._overwrite_model_variables_with_average_value(
+                    self._trainable_variables),
+                lambda: None,
+            )
+
+
 def configure_accumulation(optimizer, effective_batch_size: int, batch_size: int) -> AccumulationPlan:
     """Make a Keras 3 optimizer accumulate gradients up to an effective batch size.
 
@@ -160,7 +240,9 @@ def configure_accumulation(optimizer, effective_batch_size: int, batch_size: int
     Feed the model batches of ``batch_size``; ``optimizer.iterations`` then counts real updates.
     Keras does not reset the accumulators at the end of an epoch, so an epoch whose batch count
     is not a multiple of ``steps`` carries its last micro-batches into the next epoch's first
-    update.
+    update. Under ``MirroredStrategy`` and ``MultiWorkerMirroredStrategy``, where Keras's own
+    accumulation fails (module docstring), each micro-batch's gradients are all-reduced and the
+    replicas accumulate the same sums; configure the optimizer made in the strategy's scope.
 
     Args:
         optimizer: A ``keras.optimizers.Optimizer`` not yet built (before the first training
@@ -200,6 +282,9 @@ def configure_accumulation(optimizer, effective_batch_size: int, batch_size: int
             "train_on_batch, or build a new one with make_optimizer()"
         )
     inner.gradient_accumulation_steps = steps
+    # Keras's accumulation fails under MirroredStrategy; this one works there (module docstring)
+    if steps and hasattr(type(inner), "_backend_apply_gradients"):
+        inner._backend_apply_gradients = types.MethodType(_replica_apply_gradients, inner)
     # Keras keeps the schedule object only in the private _learning_rate; the public
     # learning_rate property returns the current value instead
     schedule = getattr(inner, "_learning_rate", None)
