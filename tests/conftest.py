@@ -111,3 +111,27 @@ def interrupt_convert_after(monkeypatch, shards: int) -> None:
         return real(task, folder, **kwargs)
 
     monkeypatch.setattr(convert_module, "write_shard", write_then_interrupt)
+
+
+def folder_of(tmp_path, images: dict, name="images"):
+    """Write {relative path: encoded bytes} and return the folder."""
+    root = tmp_path / name
+    for relative, data in images.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return root
+
+
+@pytest.fixture
+def indexed_png_dataset(tmp_path):
+    """40 PNGs whose constant colour is their index, in 4 classes; converted to 3 shards."""
+    import tfopt
+
+    images = {}
+    for index in range(40):
+        pixels = np.full((40, 52, 3), index * 5, dtype=np.uint8)
+        images[f"c{index % 4}/{index:03d}.png"] = encode_png(pixels)
+    out = tmp_path / "shards"
+    tfopt.convert(folder_of(tmp_path, images), out, workers=1, shards=3)
+    return out

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 import json
 import logging
+import operator
 import os
 
 import tensorflow as tf
@@ -77,8 +79,8 @@ class PipelineConfig:
         training: Training settings: shuffled shards and records, random crops, repeat,
             non-deterministic order for speed. Defaults to False (evaluation: every record
             exactly once, in a stable order).
-        image_size: Output ``(height, width)`` or one int for squares. Defaults to the stored
-            size when every sampled image has it; required otherwise.
+        image_size: Output ``(height, width)`` or one int for squares; required for image
+            data (batches need one size), ignored otherwise.
         image_key: The encoded-image feature. Defaults to the manifest's or the inferred one.
         label_key: The label feature. Defaults to the manifest's or the inferred one.
         split: The manifest split. Defaults to "train" when training, else "validation" if
@@ -137,21 +139,28 @@ class PipelineConfig:
         def set_field(name, value):
             object.__setattr__(self, name, value)
 
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise InvalidArgumentError(f"batch_size={self.batch_size!r}: expected a positive int")
-        if isinstance(self.image_size, int):
-            set_field("image_size", (self.image_size, self.image_size))
+        set_field("batch_size", _whole(self.batch_size, "batch_size", minimum=1))
         if self.image_size is not None:
-            size = tuple(int(side) for side in self.image_size)
-            if len(size) != 2 or min(size) < 1:
+            sides = (self.image_size if isinstance(self.image_size, (tuple, list))
+                     else (self.image_size, self.image_size))
+            if len(sides) != 2:
                 raise InvalidArgumentError(f"image_size={self.image_size!r}: expected an int or "
                                            "(height, width) of positive ints")
-            set_field("image_size", size)
-        if self.cache not in (True, False, "auto") and not isinstance(self.cache, (str, os.PathLike)):
-            raise InvalidArgumentError(f"cache={self.cache!r}: expected 'auto', True, False or a "
-                                       "file path")
-        if self.shuffle_bytes < 1:
-            raise InvalidArgumentError(f"shuffle_bytes={self.shuffle_bytes!r}: expected > 0")
+            set_field("image_size", tuple(_whole(side, "image_size", minimum=1)
+                                          for side in sides))
+        for name in ("training", "skip_corrupt", "pad_ragged"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidArgumentError(f"{name}={getattr(self, name)!r}: expected True or False")
+        for name in ("repeat", "drop_remainder", "deterministic", "prefetch_to_device"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
+                raise InvalidArgumentError(f"{name}={getattr(self, name)!r}: expected True, "
+                                           "False or None")
+        _check_cache(self.cache)
+        set_field("shuffle_bytes", _whole(self.shuffle_bytes, "shuffle_bytes", minimum=1))
+        if self.ram_budget is not None:
+            set_field("ram_budget", _whole(self.ram_budget, "ram_budget", minimum=1))
+        if self.seed is not None:
+            set_field("seed", _whole(self.seed, "seed", minimum=0))
         if self.random_crop not in (None, True, False, "device"):
             raise InvalidArgumentError(f"random_crop={self.random_crop!r}: expected True, False "
                                        "or 'device'")
@@ -171,6 +180,45 @@ class PipelineConfig:
 
     def replace(self, **changes) -> PipelineConfig:
         return dataclasses.replace(self, **changes)
+
+
+def _whole(value, name: str, minimum: int) -> int:
+    """An int argument (NumPy integers too; not bools, floats or strings) of at least minimum."""
+    try:
+        # True is an int to Python, never a size
+        number = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        number = None
+    if number is None or number < minimum:
+        raise InvalidArgumentError(f"{name}={value!r}: expected an int >= {minimum}")
+    return number
+
+
+# Words that mean a cache setting, not a file: cache="off" would otherwise write off.index
+# and off.data-* into the working folder (the CLI's --cache takes these words)
+_CACHE_WORDS = {"off", "on", "none", "no", "yes", "true", "false", "memory", "ram", "disk", "file"}
+
+
+def _check_cache(cache) -> None:
+    if cache is True or cache is False or cache == "auto":
+        return
+    if isinstance(cache, (str, os.PathLike)) and str(cache).strip():
+        if str(cache).strip().lower() in _CACHE_WORDS:
+            raise InvalidArgumentError(
+                f"cache={cache!r}: expected 'auto', True, False or a file path; for no cache "
+                "pass cache=False, for memory cache=True (a file literally named so: "
+                f"'./{cache}')")
+        return
+    raise InvalidArgumentError(f"cache={cache!r}: expected 'auto', True, False or a file path")
+
+
+def _file_stamp(file: str) -> list:
+    """Name, size and modification time of a shard (what tells a rewritten shard apart)."""
+    try:
+        stat = tf.io.gfile.stat(file)
+        return [file, stat.length, stat.mtime_nsec]
+    except tf.errors.OpError:
+        return [file, None, None]
 
 
 def available_memory() -> int:
@@ -253,7 +301,12 @@ class PipelineChoices:
                      f"repeat={self.repeat}{fused}")
         lines.append(f"sharding     {self.auto_shard}")
         lines.append(f"prefetch     {self.prefetch}")
-        lines.append(f"corrupt      {'skipped and counted' if self.skip_corrupt else 'error naming the shard'}")
+        if self.records is None:  # no manifest: no counts to check the shards against
+            corrupt = ("skipped (not counted: no manifest)" if self.skip_corrupt
+                       else "TensorFlow's DataLossError (no manifest to name the shard)")
+        else:
+            corrupt = "skipped and counted" if self.skip_corrupt else "error naming the shard"
+        lines.append(f"corrupt      {corrupt}")
         lines.extend(f"note         {note}" for note in self.notes)
         return "\n".join(lines)
 
@@ -296,7 +349,16 @@ class PipelineBuilder:
         >>> model.fit(builder.build(), steps_per_epoch=builder.steps_per_epoch, epochs=5)
     """
 
-    def __init__(self, source, config: PipelineConfig | None = None, **fields):
+    def __init__(self, source, config: PipelineConfig | int | None = None, **fields):
+        if config is not None and not isinstance(config, PipelineConfig):
+            # PipelineBuilder(source, 64, ...) as build_pipeline(source, 64, ...) reads
+            fields = {"batch_size": config, **fields}
+            config = None
+        unknown = sorted(set(fields) - {field.name for field in dataclasses.fields(PipelineConfig)})
+        if unknown:
+            raise InvalidArgumentError(
+                f"unknown pipeline option(s) {', '.join(unknown)}: see tfopt.PipelineConfig "
+                "for the options (e.g. shuffling is on when training=True)")
         if config is None:
             config = PipelineConfig(**fields)
         elif fields:
@@ -305,11 +367,34 @@ class PipelineBuilder:
         self.source: PipelineSource = resolve_source(
             source, split=config.split, image_key=config.image_key, label_key=config.label_key,
             training=config.training)
-        # records lost to corruption under skip_corrupt; read it after an epoch
-        self.corrupt_records = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                           name="tfopt_corrupt_records")
+        # shard index -> records it lost to corruption under skip_corrupt, from its latest
+        # read: set, not added to, so that repeated epochs and read-ahead do not count them
+        # again. A Python dict, not a tf.Variable: built under a distribution strategy's scope
+        # a variable is mirrored, and a tf.data function cannot update a mirrored variable.
+        self._lost_per_shard: dict[int, int] = {}
         self._seed = config.seed if config.seed is not None else int.from_bytes(os.urandom(4), "little")
         self.choices = self._choose()
+        self._refuse_empty_epoch()
+
+    @property
+    def corrupt_records(self) -> int:
+        """Records lost to corruption under ``skip_corrupt`` (read it after an epoch): each
+        damaged shard counts once, however many epochs or read-ahead passes read it."""
+        return sum(self._lost_per_shard.values())
+
+    def _note_lost(self, index, missing):
+        self._lost_per_shard[int(index)] = int(missing)
+        return missing
+
+    def _refuse_empty_epoch(self) -> None:
+        """A split smaller than one batch with drop_remainder has no batch at all: Keras then
+        takes steps_per_epoch=0 for "not given" and a repeating pipeline's epoch never ends."""
+        records, batch = self.source.num_records, self.config.batch_size
+        if self.choices.drop_remainder and records is not None and records < batch:
+            raise InvalidArgumentError(
+                f"batch_size={batch} with drop_remainder=True: the source has only {records} "
+                "records, so every batch would be dropped; use a smaller batch, or "
+                "drop_remainder=False")
 
     # -- decisions --------------------------------------------------------------------------
 
@@ -399,8 +484,7 @@ class PipelineBuilder:
             parse=f"parse_example once per {PARSE_BATCH} records (vectorised)",
             decode=decode,
             cache=cache,
-            cache_location=(str(config.cache) if isinstance(config.cache, (str, os.PathLike))
-                            and config.cache != "auto" else "memory"),
+            cache_location=self._cache_location(cache, decode),
             cache_estimate_bytes=estimate,
             ram_budget=config.ram_budget,
             shuffle_elements=shuffle,
@@ -435,9 +519,10 @@ class PipelineBuilder:
         if estimate is not None and estimate <= allowed:
             return best, estimate
         if source.num_bytes <= allowed:
-            notes.append(f"{best.value} data would not fit the RAM budget "
-                         f"({'unknown size' if estimate is None else f'{estimate >> 20} MiB'}); "
-                         "caching the encoded records instead")
+            why = ("its size is unknown without a manifest" if estimate is None
+                   else f"it would not fit the RAM budget ({estimate >> 20} MiB)")
+            notes.append(f"{best.value} data not cached: {why}; caching the encoded records "
+                         "instead")
             return CacheMode.ENCODED, source.num_bytes
         notes.append("the data does not fit the RAM budget: no cache")
         return CacheMode.NONE, estimate
@@ -524,7 +609,8 @@ class PipelineBuilder:
         source, config = self.source, self.config
         expected = [source.expected_counts.get(f, -1) if source.expected_counts else -1
                     for f in source.files]
-        files = tf.data.Dataset.from_tensor_slices((source.files, tf.constant(expected, tf.int64)))
+        files = tf.data.Dataset.from_tensor_slices(
+            (source.files, tf.constant(expected, tf.int64), tf.range(len(source.files))))
         share = self._file_share()
         if share is not None:
             files = files.shard(*share)
@@ -532,9 +618,9 @@ class PipelineBuilder:
             files = files.shuffle(len(source.files), seed=self._seed, reshuffle_each_iteration=True)
         compression = tf_compression_type(source.compression)
         counted = source.expected_counts is not None
-        corrupt, skip = self.corrupt_records, config.skip_corrupt
+        note_lost, skip = self._note_lost, config.skip_corrupt
 
-        def read_file(path, expected_count):
+        def read_file(path, expected_count, index):
             reader = tf.data.TFRecordDataset(path, compression)
             if not counted:
                 return reader.ignore_errors() if skip else reader
@@ -553,7 +639,9 @@ class PipelineBuilder:
                 at_end = tf.equal(size, 0)
                 missing = expected_count - total
                 if skip:
-                    checked = corrupt.assign_add(tf.where(at_end, missing, 0))
+                    checked = tf.cond(
+                        at_end, lambda: tf.py_function(note_lost, [index, missing], tf.int64),
+                        lambda: missing)
                 else:
                     checked = tf.debugging.Assert(
                         tf.logical_or(tf.logical_not(at_end), tf.equal(missing, 0)),
@@ -630,11 +718,34 @@ class PipelineBuilder:
                                     reshuffle_each_iteration=True)
         return cached.repeat() if self.config.repeat else cached
 
+    def _cache_location(self, cache: CacheMode, decode: DecodePlan | None) -> str:
+        """``"memory"``, or the cache file: the given path plus a key of what it holds.
+
+        tf.data reuses a finished cache file whatever wrote it, so a second pipeline on the
+        same path would silently serve the first one's data (another split, another image
+        size) or fail on its shapes. The key covers the shards (names, sizes, modification
+        times), this worker's share of them, the stage cached and everything that shapes its
+        elements; another dataset or setting writes a file of its own.
+        """
+        path = self.config.cache
+        if path is True or path is False or path == "auto":
+            return "memory"
+        config, source = self.config, self.source
+        what = {
+            "files": [_file_stamp(file) for file in source.files],
+            "share": self._file_share(), "stage": cache.value,
+            "decode": dataclasses.asdict(decode) if decode is not None else None,
+            "keys": [source.image_key, source.label_key],
+            "features": [dataclasses.asdict(feature) for feature in source.features],
+            "batch": config.batch_size, "pad_ragged": config.pad_ragged,
+            "skip_corrupt": config.skip_corrupt, "compression": source.compression,
+        }
+        key = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
+        return f"{os.fspath(path)}-{key[:12]}"
+
     def _cache(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
-        cache = self.config.cache
-        if isinstance(cache, (str, os.PathLike)) and cache != "auto":
-            return dataset.cache(str(cache))
-        return dataset.cache()
+        location = self.choices.cache_location
+        return dataset.cache() if location == "memory" else dataset.cache(location)
 
     def _finish(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
         choices = self.choices
