@@ -62,6 +62,7 @@ _LAZY_EXPORTS = {
     "AccumulationPlan": "tfopt.train.accumulation",
     "make_optimizer": "tfopt.train.accumulation",
     "UpdateStepSchedule": "tfopt.train.accumulation",
+    "keras_objects": "tfopt.train.saving",  # for keras.models.load_model
     # train: batch size by experiment
     "find_batch_size": "tfopt.train.batch_size",
     "throughput_sweep": "tfopt.train.batch_size",

@@ -824,8 +824,10 @@ class Augment(keras.layers.Layer):
     MixUp and CutMix are refused: they change the labels, which a layer never sees. Apply them
     with :func:`augment_dataset` (or :func:`augment_batch` in ``dataset.map`` after batching).
 
-    Loading a saved model needs this class registered: import ``tfopt.data.augment`` (or touch
-    ``tfopt.Augment``) before ``keras.models.load_model``.
+    The layer saves with the model; loading needs the class registered with Keras, which
+    ``import tfopt`` alone does not do (it imports no TensorFlow): call
+    ``tfopt.keras_objects()`` before ``keras.models.load_model`` (or pass it as
+    ``custom_objects``).
 
     Args:
         config: The ops. Defaults to None (``AugmentConfig()`` updated by the keyword fields).
