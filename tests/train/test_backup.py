@@ -317,3 +317,47 @@ def test_sigkill_mid_epoch_then_restart_gives_the_uninterrupted_weights(tmp_path
         np.testing.assert_array_equal(got[name], want[name])
     assert not (crashed / "ckpt" / "backup").exists()  # deleted after the normal end
     assert (crashed / "ckpt" / "best.keras").exists()
+
+
+def worse_model():
+    worse = tiny_model()
+    worse.layers[0].kernel.assign(np.full((4, 1), 50.0, np.float32))  # a far worse model
+    worse.compile(keras.optimizers.SGD(0.0), "mse")
+    return worse
+
+
+def test_a_new_run_in_a_finished_runs_folder_tracks_its_own_best(tmp_path, caplog):
+    x, y = tiny_data()
+    tiny_model().fit(x, y, batch_size=16, epochs=2, verbose=0,
+                     callbacks=backup_callbacks(tmp_path, monitor="loss"))
+    first_info = json.loads((tmp_path / "best.json").read_text())
+    # a new experiment in the same folder: no backup to resume, so its model is the best so
+    # far, however bad; the finished run's files are kept under new names, not overwritten
+    with caplog.at_level("WARNING", logger="tfopt"):
+        worse_model().fit(x, y, batch_size=16, epochs=1, verbose=0,
+                          callbacks=backup_callbacks(tmp_path, monitor="loss"))
+    info = json.loads((tmp_path / "best.json").read_text())
+    assert info["epoch"] == 1 and info["value"] > first_info["value"]
+    assert keras.models.load_model(tmp_path / "best.keras").layers[0].kernel.numpy().max() == 50
+    assert json.loads((tmp_path / "best-previous-1.json").read_text()) == first_info
+    assert keras.models.load_model(tmp_path / "best-previous-1.keras").count_params() == 5
+    assert "best-previous-1.keras" in caplog.text
+    # a third run keeps both earlier ones
+    worse_model().fit(x, y, batch_size=16, epochs=1, verbose=0,
+                      callbacks=backup_callbacks(tmp_path, monitor="loss"))
+    assert (tmp_path / "best-previous-2.keras").exists()
+    assert (tmp_path / "best-previous-1.keras").exists()
+
+
+def test_a_resumed_run_keeps_the_best_value_it_finds(tmp_path):
+    x, y = tiny_data()
+    tiny_model().fit(x, y, batch_size=16, epochs=2, verbose=0,
+                     callbacks=backup_callbacks(tmp_path, monitor="loss", delete_backup=False))
+    saved = (tmp_path / "best.keras").stat().st_mtime_ns
+    value = json.loads((tmp_path / "best.json").read_text())["value"]
+    # the backup is there: the same run resuming (here with nothing left to train)
+    callbacks = backup_callbacks(tmp_path, monitor="loss")
+    tiny_model().fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=callbacks)
+    assert callbacks[1].best == pytest.approx(value)
+    assert (tmp_path / "best.keras").stat().st_mtime_ns == saved
+    assert not list(tmp_path.glob("best-previous-*"))

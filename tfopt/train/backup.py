@@ -31,7 +31,11 @@ What Keras 3.15's ``BackupAndRestore`` and ``ModelCheckpoint`` lack and this add
    machine it is). Workers hold identical weights, so the chief's backup is everyone's.
 3. The best value survives a restart: ``ModelCheckpoint`` forgets it and would overwrite
    ``best.keras`` with the next epoch's model even if it is worse; the checkpoint here reads
-   ``best.json`` back.
+   ``best.json`` back. From :func:`backup_callbacks` only when there is a backup to resume: a
+   new run in the folder of a finished one (no backup left) tracks its own best from scratch,
+   and the finished run's ``best.keras``/``best.json`` are kept, renamed to
+   ``best-previous-N.keras``/``.json`` (with a warning), rather than overwritten or left to
+   block the new run's models.
 
 A backup written by plain ``keras.callbacks.BackupAndRestore`` (``latest.weights.h5`` and
 ``training_metadata.json``) is still restored; the first backup written here replaces it. Plain
@@ -179,6 +183,11 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             epoch = int(json.loads(keras_info.read_text(encoding="utf-8"))["epoch"])
         return (weights if weights.exists() else None), epoch, 0
 
+    def has_backup(self) -> bool:
+        """Whether the folder holds a backup to resume (this layout's or plain Keras's)."""
+        weights, epoch, _ = self._read_backup()
+        return weights is not None or epoch is not None
+
     def _load_model(self):
         if not self.model.built:
             raise ValueError(
@@ -234,6 +243,11 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+def _previous(path: Path, number: int) -> Path:
+    """``best.keras`` -> ``best-previous-1.keras``: the name keeps the suffix Keras checks."""
+    return path.with_name(f"{path.stem}-previous-{number}{path.suffix}")
+
+
 class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
     """``ModelCheckpoint(save_best_only=True)`` that remembers its best value across restarts.
 
@@ -243,21 +257,60 @@ class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
     creation it reads ``info_path`` back, when its monitor matches, so a restarted run only
     replaces the file with a better model.
 
+    With ``backup`` (as :func:`backup_callbacks` pairs them) the value read back is kept only
+    when that backup has something to resume, decided at the start of the first ``fit``: a new
+    run (no backup) starts its best afresh and the chief renames the previous run's files to
+    ``<stem>-previous-N<suffix>`` (the first free N) so that nothing is lost.
+
     Args:
         filepath: Where the best model goes (``.keras``).
         info_path: Where its value goes (``.json``).
         monitor: The logs key to watch. Defaults to "val_loss".
         mode: "min", "max" or "auto" (Keras's rule: max for accuracy-like names).
             Defaults to "auto".
+        backup: The :class:`AtomicBackupAndRestore` of the same run, or None (the best value
+            in ``info_path`` always counts). Defaults to None.
 
     Example:
         >>> BestModelCheckpoint("run/best.keras", "run/best.json", monitor="val_accuracy")
     """
 
-    def __init__(self, filepath, info_path, monitor: str = "val_loss", mode: str = "auto"):
+    def __init__(self, filepath, info_path, monitor: str = "val_loss", mode: str = "auto",
+                 backup: AtomicBackupAndRestore | None = None):
         super().__init__(str(filepath), monitor=monitor, mode=mode, save_best_only=True)
         self.info_path = Path(info_path)
+        self.backup = backup
+        self._initial_best = self.best
+        self._first_fit = True
         self._restore_best()
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        if self._first_fit and self.backup is not None and not self.backup.has_backup():
+            self._start_afresh()
+        # later fit() calls with this callback continue its best, as Keras's checkpoint does
+        self._first_fit = False
+
+    def _start_afresh(self) -> None:
+        """A new run: forget the best value read back and move the old run's files aside.
+
+        Every worker forgets (they must decide alike); the chief alone renames.
+        """
+        self.best = self._initial_best
+        model_path = Path(self.filepath)
+        old = [path for path in (model_path, self.info_path) if path.exists()]
+        if not old or not _is_chief(self.model):
+            return
+        number = 1
+        while any(_previous(path, number).exists() for path in (model_path, self.info_path)):
+            number += 1
+        # the model first: best.json left alone never names a model that is not there
+        for path in old:
+            os.replace(path, _previous(path, number))
+        logger.warning(
+            "%s holds a finished run's best model and no backup to resume: this run tracks "
+            "its own best; the previous files are now %s", model_path.parent,
+            ", ".join(_previous(path, number).name for path in old))
 
     def _restore_best(self) -> None:
         if not (self.info_path.exists() and Path(self.filepath).exists()):
@@ -308,7 +361,9 @@ def backup_callbacks(
     """Atomic backups plus a best-model checkpoint, laid out under one folder.
 
     Call ``fit`` with the same ``directory`` after a crash and training resumes from the last
-    backup (see the module docstring for what is exact). Under ``MultiWorkerMirroredStrategy``
+    backup (see the module docstring for what is exact), its best value included. A run that
+    finds no backup starts afresh, best model included; a finished run's ``best.keras`` and
+    ``best.json`` there are renamed to ``best-previous-N.keras``/``.json``. Under ``MultiWorkerMirroredStrategy``
     give every worker the same ``directory`` on a shared file system: the chief writes, all
     restore from it. The model must be built (called on a batch, or given an ``Input``) before
     ``fit``, as ``BackupAndRestore`` requires.
@@ -341,8 +396,10 @@ def backup_callbacks(
         raise InvalidArgumentError(f"mode must be 'min', 'max' or 'auto', got {mode!r}")
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
+    restore = AtomicBackupAndRestore(root / BACKUP_FOLDER, save_freq=save_freq,
+                                     delete_checkpoint=delete_backup)
     return [
-        AtomicBackupAndRestore(root / BACKUP_FOLDER, save_freq=save_freq,
-                               delete_checkpoint=delete_backup),
-        BestModelCheckpoint(root / BEST_MODEL_FILE, root / BEST_INFO_FILE, monitor, mode),
+        restore,
+        BestModelCheckpoint(root / BEST_MODEL_FILE, root / BEST_INFO_FILE, monitor, mode,
+                            backup=restore),
     ]
