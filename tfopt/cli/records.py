@@ -105,7 +105,8 @@ def convert(src, dst, quiet, as_json, **options):
 @click.argument("path")
 @click.option("--fast", is_flag=True, help="Take record counts from the manifest.")
 @click.option("--sample", type=click.IntRange(1, _INT64_MAX), default=64, show_default=True,
-              help="Records read to infer the schema.")
+              help="With --fast: records read to infer the schema, spread over every shard "
+                   "(otherwise every record is read and counts).")
 @_quiet
 @_json
 def inspect(path, fast, sample, quiet, as_json):

@@ -1,0 +1,161 @@
+"""inspect on TFRecord files not written by tfopt: every record counts for the schema."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import tfopt
+from tfopt.records.inspect import is_tfrecord_file, sample_schema
+
+
+def _feature(tf, value):
+    if isinstance(value, list) and value and isinstance(value[0], float):
+        return tf.train.Feature(float_list=tf.train.FloatList(value=value))
+    if isinstance(value, list):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=value))
+    return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
+
+def _example(tf, **features):
+    return tf.train.Example(features=tf.train.Features(
+        feature={name: _feature(tf, value) for name, value in features.items()}))
+
+
+def write(path, rows, tf, compression=""):
+    """One TFRecord file of ``tf.train.Example`` records, one per dict of features."""
+    with tf.io.TFRecordWriter(str(path), tf.io.TFRecordOptions(compression_type=compression)) as w:
+        for row in rows:
+            w.write(_example(tf, **row).SerializeToString())
+    return path
+
+
+def late_changes(i):
+    """Past record 64 (the old sample) 'v' goes missing, 'w' grows and 'late' appears."""
+    row = {"label": [i % 2], "w": [float(i)] * (1 if i < 90 else 2)}
+    if i < 80:
+        row["v"] = [float(i)]
+    if i >= 90:
+        row["late"] = [float(i)]
+    return row
+
+
+def test_the_schema_comes_from_every_record_of_every_file(tmp_path, tf):
+    write(tmp_path / "part-0.tfrecord", [late_changes(i) for i in range(100)], tf)
+    write(tmp_path / "part-1.tfrecord", [{"label": [i % 2], "w": [1.0], "v": [1.0],
+                                         "extra": [1.0]} for i in range(100)], tf)
+    result = tfopt.inspect(str(tmp_path / "part-*"))
+    assert result.sampled == result.num_records == 200
+    by_name = {f.name: f for f in result.features}
+    assert (by_name["v"].present_in, by_name["v"].records) == (180, 200)
+    assert by_name["v"].optional and not by_name["v"].fixed_length
+    assert by_name["late"].present_in == 10 and by_name["extra"].present_in == 100
+    assert (by_name["w"].min_length, by_name["w"].max_length) == (1, 2)
+    assert by_name["label"].fixed_length and not by_name["label"].optional
+    assert result.label_key == "label"
+    text = result.describe()
+    assert "1 (in 180 of 200 records)" in text and "schema (from 200 records)" in text
+    features = {f["name"]: f for f in result.to_json()["features"]}
+    # as the pipeline parses them: missing from some records is ragged, not fixed
+    assert features["v"]["fixed_length"] is False and features["v"]["optional"] is True
+    assert features["label"]["fixed_length"] is True
+
+
+def test_the_cli_table_shows_a_feature_missing_from_some_records(tmp_path, tf):
+    from tfopt.cli import cli
+
+    path = write(tmp_path / "opt.tfrecord",
+                 [{"label": [i], **({"opt": [i]} if i % 3 == 0 else {})} for i in range(50)], tf)
+    result = CliRunner().invoke(cli, ["inspect", str(path), "-q"])
+    assert result.exit_code == 0, result.output
+    line = next(line for line in result.output.splitlines() if line.startswith("opt "))
+    assert "int64" in line and "1 (in 17 of 50 records)" in line
+    data = json.loads(CliRunner().invoke(cli, ["inspect", str(path), "-q", "--json"]).output)
+    opt = next(f for f in data["features"] if f["name"] == "opt")
+    assert (opt["present_in"], opt["records"], opt["fixed_length"]) == (17, 50, False)
+
+
+def test_a_feature_with_two_types_is_shown_as_mixed_with_both(tmp_path, tf):
+    path = write(tmp_path / "conflict.tfrecord",
+                 [{"label": [i % 2], "v": [1.0] if i < 10 else [1]} for i in range(20)], tf)
+    result = tfopt.inspect(path)
+    v = next(f for f in result.features if f.name == "v")
+    assert v.kind == "mixed" and v.kinds == ("float", "int64")
+    assert "mixed (float, int64)" in result.describe()
+
+
+def test_a_sequence_example_file_is_refused_naming_the_file(tmp_path, tf):
+    path = tmp_path / "seq.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for i in range(3):
+            frames = tf.train.FeatureList(feature=[_feature(tf, [1.0, 2.0])] * (i + 1))
+            writer.write(tf.train.SequenceExample(
+                context=tf.train.Features(feature={"label": _feature(tf, [i])}),
+                feature_lists=tf.train.FeatureLists(feature_list={"frames": frames}),
+            ).SerializeToString())
+    with pytest.raises(tfopt.DatasetError) as caught:
+        tfopt.inspect(path)
+    message = str(caught.value)
+    assert "\n" not in message and str(path) in message
+    assert "record 0 is not a tf.train.Example" in message and "SequenceExample" in message
+    with pytest.raises(tfopt.DatasetError, match="record 0 is not a tf.train.Example"):
+        sample_schema([path], None)
+
+
+def test_sample_schema_reads_the_first_records_of_every_file(tmp_path, tf):
+    files = [write(tmp_path / f"s-{k}.tfrecord",
+                   [{"x": [1.0], **({"only_here": [k]} if k in (3, 6) else {})}
+                    for _ in range(30)], tf) for k in range(7)]
+    sample = sample_schema(files, None, records=70)
+    assert (sample.files, sample.per_file, sample.records) == (7, 10, 70)
+    seen = {f.name: f for f in sample.features}
+    assert seen["only_here"].present_in == 20 and seen["only_here"].optional
+    # more files than max_files: that many spread evenly, the first and the last included
+    spread = sample_schema(files, None, records=3, max_files=3)
+    assert (spread.files, spread.records) == (3, 3)  # files 0, 3 and 6
+    assert {f.name: f.present_in for f in spread.features}["only_here"] == 2
+    # large records: fewer per file, to stay near max_bytes
+    small = sample_schema(files, None, records=70, max_bytes=200)
+    assert small.per_file < 10
+
+
+def test_a_folder_without_manifest_reads_only_its_tfrecord_files(tmp_path, tf):
+    folder = tmp_path / "foreign"
+    folder.mkdir()
+    rows = [{"label": [i]} for i in range(5)]
+    write(folder / "plain-0.tfrecord", rows, tf)
+    write(folder / "train-00000-of-00001", rows, tf)  # the Model Garden's names
+    write(folder / "data", rows, tf)  # no telling name, but a TFRecord header
+    (folder / "README.txt").write_text("hello\n")  # 6 bytes: was listed as "0 records"
+    (folder / "notes.md").write_text("# notes about this data set, long enough for a header")
+    result = tfopt.inspect(folder)
+    names = sorted(info.path.rsplit("/", 1)[-1] for info in result.files)
+    assert names == ["data", "plain-0.tfrecord", "train-00000-of-00001"]
+    assert result.num_records == 15
+    text = "\n".join(result.notes)
+    assert "README.txt" in text and "notes.md" in text and "not TFRecord files" in text
+    assert "manifest" in text
+
+
+def test_a_folder_without_manifest_or_tfrecord_files_is_an_error(tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "README.txt").write_text("hello\n")
+    with pytest.raises(tfopt.DatasetError, match="no TFRecord files in this folder.*README.txt"):
+        tfopt.inspect(folder)
+
+
+def test_tfrecord_files_are_told_by_name_or_by_their_first_record_header(tmp_path, tf):
+    write(tmp_path / "noext", [{"a": [1]}], tf)
+    write(tmp_path / "gz", [{"a": [1]}], tf, "GZIP")
+    (tmp_path / "empty").write_bytes(b"")  # an empty TFRecord file holds no records
+    (tmp_path / "short").write_bytes(b"hello\n")
+    (tmp_path / "text").write_text("0123456789abcdef, plain text")
+    (tmp_path / "badgz").write_bytes(gzip.compress(b"plain text inside a gzip stream"))
+    (tmp_path / "cut.tfrecord").write_bytes(b"xx")  # named as TFRecord: read, and reported
+    assert [is_tfrecord_file(tmp_path / name) for name in
+            ("noext", "gz", "empty", "short", "text", "badgz", "cut.tfrecord")] == \
+        [True, True, True, False, False, False, True]
