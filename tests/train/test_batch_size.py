@@ -168,6 +168,42 @@ def test_real_trials_respect_the_budget_and_restore_the_state(mlp):
     json.dumps(result.to_json())
 
 
+def test_resident_memory_after_a_larger_trial_is_interpolated_not_counted_again(
+        mlp, monkeypatch):
+    # resident memory as malloc makes it: a step of b examples needs BASE + b * PER, and what
+    # the largest step so far took stays resident afterwards
+    from tfopt.train import batch_size as module
+
+    base, per = 100 << 20, 100_000
+    state = {"rss": base, "batch": 0}
+
+    class Sampler:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc_info):
+            state["rss"] = max(state["rss"], base + state["batch"] * per)
+            self.peak = state["rss"]
+            return False
+
+    def make_batch(batch_size):
+        state["batch"] = batch_size
+        return np.zeros((batch_size, 16, 16, 3), np.uint8), np.zeros(batch_size, np.int64)
+
+    monkeypatch.delenv("TF_CPU_ALLOCATOR_USE_BFC", raising=False)
+    monkeypatch.setattr(module, "_resident_bytes", lambda: state["rss"])
+    monkeypatch.setattr(module, "_RssSampler", Sampler)
+    budget = 200 * per
+    result = find_batch_size(mlp, memory_budget=budget, max_batch_size=512, make_batch=make_batch)
+    assert result.memory_measure == "rss"
+    extra = module._ModelState(mlp).variable_bytes()
+    for trial in result.trials:  # every trial's memory is its own, not the 256 trial's
+        assert trial.peak_bytes == pytest.approx(trial.batch_size * per + extra, abs=1), trial
+    assert "estimated from the trials at 128 and 256" in result.trials[-1].detail
+    # the largest multiple of 8 within the budget: the memory of the search is exact
+    assert result.largest_fit == (budget - extra) // per // 8 * 8
+
+
 def test_real_trials_without_budget_on_cpu_only_stop_at_the_limit(mlp):
     before = snapshot(mlp)
     calls = []
