@@ -1,29 +1,48 @@
 """What a pipeline reads: files, how to parse each feature, image and label keys, sizes.
 
 From a tfopt dataset folder everything comes from the manifest (schema, exact counts per
-shard, class names); from shard lists and globs the schema is inferred from the first records
-as ``tfopt inspect`` does. A small sample of images is always read for their sizes, which
-decide the decoding strategy and the cache estimate.
+shard, class names), and so from a list or glob of its shards. From other TFRecord files the
+schema is inferred from a sample read at build time (a pipeline must not read a 100 GB dataset
+before its first batch): the first records of every file, ``SAMPLE_RECORDS`` records and
+about ``SAMPLE_BYTES`` in all, at least one per file, from ``SAMPLE_FILES`` files spread over
+the list when there are more. A feature seen with one length in every sampled record is parsed
+dense, others ragged; a feature that goes missing or changes its length only further into a
+file fails at run time in ``tf.io.parse_example`` (convert such data with ``tfopt convert``, or
+inspect it with ``tfopt inspect``, which reads every record). A small sample of images is
+always read for their sizes, which decide the decoding strategy and the cache estimate.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
 
 from tfopt.errors import DatasetError, InvalidArgumentError
-from tfopt.records._files_of import resolve_files, tf_compression_type
+from tfopt.records._files_of import resolve_files
 from tfopt.records.inspect import (
     FeatureInfo,
+    SchemaSample,
     detect_compression,
-    infer_schema,
+    folder_hint,
     pick_image_key,
     pick_label_key,
+    sample_schema,
 )
-from tfopt.records.manifest import Manifest, read_manifest
+from tfopt.records.manifest import MANIFEST_NAME, Manifest, read_manifest
 from tfopt.records.schema import Encoding, FeatureKind
 
-SAMPLE_RECORDS = 64  # records read for schema inference and image sizes
+logger = logging.getLogger("tfopt")
+
+# The build-time sample of files without a manifest: the first records of every file. 1024
+# small records take about 0.1 s; 64 MiB caps it for large ones (600 ImageNet JPEGs), and 256
+# files (spread evenly, first and last included) cap the file opens of a many-shard dataset.
+SAMPLE_RECORDS = 1024
+SAMPLE_BYTES = 64 << 20
+SAMPLE_FILES = 256
+# With a manifest the schema is known: the sample only measures images (one per shard, of
+# up to 64 shards spread over the split).
+MANIFEST_SAMPLE_RECORDS = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,11 +121,17 @@ def resolve_source(source, *, split: str | None = None, image_key: str | None = 
         tfopt.DatasetError: No files, an incomplete dataset, or an unknown split.
         tfopt.InvalidArgumentError: ``image_key`` or ``label_key`` is not a feature.
     """
-    manifest, files = _files_of(source, split, training)
+    manifest, files, folder = _files_of(source, split, training)
     compression = detect_compression([Path(f) for f in files], manifest)
     # a corrupted record is the pipeline's to report (naming its shard), not the sampler's
-    sampled, _ = infer_schema([Path(f) for f in files], compression, SAMPLE_RECORDS,
-                              stop_at_corruption=True)
+    if manifest is not None:
+        sample = sample_schema(files, compression, records=MANIFEST_SAMPLE_RECORDS,
+                               max_files=MANIFEST_SAMPLE_RECORDS, stop_at_corruption=True)
+    else:
+        sample = sample_schema(files, compression, records=SAMPLE_RECORDS,
+                               max_bytes=SAMPLE_BYTES, max_files=SAMPLE_FILES,
+                               stop_at_corruption=True)
+    sampled = sample.features
     by_name = {info.name: info for info in sampled}
     image_key = image_key or (manifest.image_key if manifest else pick_image_key(sampled))
     label_key = label_key or (manifest.label_key if manifest else pick_label_key(sampled))
@@ -117,12 +142,12 @@ def resolve_source(source, *, split: str | None = None, image_key: str | None = 
     if manifest is not None:
         features = _features_from_manifest(manifest)
         encoding = manifest.feature(image_key).encoding.value if image_key else None
-        counts = {str(Path(source) / s.file): s.num_records for s in manifest.shards
-                  if str(Path(source) / s.file) in set(files)}
+        listed = {_same_file(folder / s.file): s.num_records for s in manifest.shards}
+        counts = {f: listed[_same_file(f)] for f in files}
         num_records = sum(counts.values())
         class_names = manifest.class_names
     else:
-        features = _features_from_sample(sampled)
+        features = _features_from_sample(sampled, sample, keys=(image_key, label_key))
         encoding = by_name[image_key].image_format if image_key else None
         counts, num_records, class_names = None, None, None
         if encoding == "mixed":
@@ -145,39 +170,66 @@ def resolve_source(source, *, split: str | None = None, image_key: str | None = 
         min_image_side=min(image_info.min_size) if image_info and image_info.min_size else None,
         class_names=class_names,
         # only needed without a manifest, whose counts give the mean exactly
-        sampled_record_bytes=None if manifest else _mean_record_bytes(files[0], compression),
+        sampled_record_bytes=None if manifest else sample.mean_record_bytes,
     )
 
 
-def _mean_record_bytes(file: str, compression: str | None) -> float | None:
-    """Mean serialized size of the first records: sizes buffers when there is no manifest."""
-    import tensorflow as tf
-
-    reader = tf.data.TFRecordDataset(file, tf_compression_type(compression))
-    try:
-        sizes = [len(record) for record in reader.take(SAMPLE_RECORDS).as_numpy_iterator()]
-    except tf.errors.OpError:
-        return None
-    return sum(sizes) / len(sizes) if sizes else None
+def _same_file(path) -> Path:
+    """A key under which two spellings of one file's path meet (relative, absolute, ./)."""
+    return Path(path).resolve()
 
 
-def _files_of(source, split, training) -> tuple[Manifest | None, list[str]]:
+def _files_of(source, split, training) -> tuple[Manifest | None, list[str], Path | None]:
+    """The files to read, the manifest that describes them and its folder (None without)."""
     if isinstance(source, (list, tuple)):
         files = [str(f) for f in source]
         missing = [f for f in files if not Path(f).is_file()]
         if not files or missing:
             raise DatasetError(f"shard files not found: {missing[:3] or 'empty list'}")
-        return None, files
+        return _with_manifest(files)
     path = Path(str(source))
     if not path.is_dir():  # a glob or one file: as inspect and verify read them
         files, _, _ = resolve_files(source)
-        return None, [str(file) for file in files]
-    manifest = read_manifest(path)  # a folder must be a complete tfopt dataset
+        return _with_manifest([str(file) for file in files])
+    try:
+        manifest = read_manifest(path)  # a folder must be a complete tfopt dataset
+    except DatasetError as error:
+        if (path / MANIFEST_NAME).exists() or not str(error).endswith("not a complete tfopt dataset"):
+            raise
+        # shards written elsewhere: no manifest says which files belong to which split, so
+        # the folder is refused (as every command does) and the files are named instead
+        raise DatasetError(f"{error}; {folder_hint(path)}") from None
     if split is None:
         split = "train" if training or "validation" not in manifest.splits else "validation"
     if split not in manifest.splits:
         raise DatasetError(f"{path}: no split {split!r}; it has: {', '.join(manifest.splits)}")
-    return manifest, [str(path / shard.file) for shard in manifest.splits[split].shards]
+    return manifest, [str(path / shard.file) for shard in manifest.splits[split].shards], path
+
+
+def _with_manifest(files: list[str]) -> tuple[Manifest | None, list[str], Path | None]:
+    """Shards of one tfopt dataset, named by a list or a glob, keep their manifest's schema.
+
+    Only when every file is listed in the manifest of its folder (one folder): raw arrays are
+    then decoded and shapes kept as for the folder itself, and counts are checked per shard.
+    """
+    folders = {_same_file(file).parent for file in files}
+    if len(folders) != 1:
+        return None, files, None
+    folder = folders.pop()
+    if not (folder / MANIFEST_NAME).is_file():
+        return None, files, None
+    try:
+        manifest = read_manifest(folder)
+    except DatasetError as error:
+        logger.warning("%s; the schema is inferred from the records instead", error)
+        return None, files, None
+    listed = {_same_file(folder / shard.file) for shard in manifest.shards}
+    unlisted = [file for file in files if _same_file(file) not in listed]
+    if unlisted:
+        logger.info("%s is not listed in %s: the schema is inferred from the records",
+                    unlisted[0], folder / MANIFEST_NAME)
+        return None, files, None
+    return manifest, files, folder
 
 
 def _features_from_manifest(manifest: Manifest) -> list[ParsedFeature]:
@@ -193,16 +245,34 @@ def _features_from_manifest(manifest: Manifest) -> list[ParsedFeature]:
     return parsed
 
 
-def _features_from_sample(sampled: list[FeatureInfo]) -> list[ParsedFeature]:
+def _features_from_sample(sampled: list[FeatureInfo], sample: SchemaSample,
+                          keys=()) -> list[ParsedFeature]:
+    """Parse specs for the sampled features: dense when one length in every sampled record.
+
+    A feature whose records hold different list types (float in some, int64 in others) or no
+    values at all has no spec ``tf.io.parse_example`` accepts for every record. It is left out
+    with a warning naming it, as parse_example leaves out every feature not in its spec, so
+    the rest of the data stays usable; as the image or label key it is an error.
+
+    Raises:
+        tfopt.InvalidArgumentError: The image or label key is such a feature.
+    """
     parsed = []
     for info in sampled:
-        if info.kind not in ("bytes", "int64", "float"):
-            continue  # empty or mixed-type features cannot be parsed with one spec
-        kind = FeatureKind(info.kind)
-        present_everywhere = info.present_in == max(i.present_in for i in sampled)
-        if info.fixed_length and present_everywhere:
-            shape = [] if info.max_length == 1 else [info.max_length]
+        if info.kind in ("bytes", "int64", "float"):
+            # variable length, or missing in some records: ragged
+            shape = ([] if info.max_length == 1 else [info.max_length]) if info.fixed_length else None
+            parsed.append(ParsedFeature(info.name, FeatureKind(info.kind), shape))
+            continue
+        if info.kind == "mixed":
+            why = (f"its records hold {' lists in some and '.join(info.kinds)} lists in others, "
+                   "and tf.io.parse_example takes one type per feature")
         else:
-            shape = None  # variable length, or missing in some records: ragged
-        parsed.append(ParsedFeature(info.name, kind, shape))
+            why = "it holds no values in any sampled record, so its type is unknown"
+        seen = f"(seen in {sample.records:,} records of {sample.files} file(s))"
+        if info.name in keys:
+            raise InvalidArgumentError(f"feature {info.name!r} cannot be the image or label key: "
+                                       f"{why} {seen}")
+        logger.warning("tfopt: feature %r is left out of the pipeline: %s %s; write it with one "
+                       "type (tfopt convert does), or parse it yourself", info.name, why, seen)
     return parsed

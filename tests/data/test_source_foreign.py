@@ -1,0 +1,147 @@
+"""Pipeline sources from TFRecord files not written by tfopt, and from tfopt's own shards by glob."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+import numpy as np
+import pytest
+
+import tfopt
+from tfopt.data.pipeline import PipelineBuilder
+from tfopt.data.source import resolve_source
+
+
+def _feature(tf, value):
+    if isinstance(value, list) and value and isinstance(value[0], float):
+        return tf.train.Feature(float_list=tf.train.FloatList(value=value))
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=value))
+
+
+def write(path, rows, tf):
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for row in rows:
+            writer.write(tf.train.Example(features=tf.train.Features(
+                feature={k: _feature(tf, v) for k, v in row.items()})).SerializeToString())
+    return path
+
+
+def read_all(source, **options):
+    """Every batch of one pass, as (features, labels) lists; fails as iteration fails."""
+    builder = PipelineBuilder(source, batch_size=16, **options)
+    return builder, list(builder.build())
+
+
+def test_a_feature_only_in_the_second_file_is_read(tmp_path, tf):
+    first = write(tmp_path / "part-0.tfrecord",
+                  [{"label": [i % 2], "x": [float(i)]} for i in range(100)], tf)
+    second = write(tmp_path / "part-1.tfrecord",
+                   [{"label": [i % 2], "x": [1.0], "extra": [2.0]} for i in range(100)], tf)
+    builder, batches = read_all([str(first), str(second)])
+    assert "extra" in {f.name for f in builder.source.features}  # was dropped: first file only
+    extras = [value for features, _ in batches for value in features["extra"].to_list()]
+    assert extras.count([2.0]) == 100 and extras.count([]) == 100
+
+
+def test_a_feature_that_goes_missing_past_record_64_is_ragged_not_an_error(tmp_path, tf):
+    rows = [{"label": [i % 2], "w": [float(i)] * (1 if i < 90 else 2),
+             **({"v": [float(i)]} if i < 80 else {})} for i in range(100)]
+    path = write(tmp_path / "late.tfrecord", rows, tf)
+    _, batches = read_all(str(path))  # was InvalidArgumentError mid-epoch
+    assert sum(len(labels) for _, labels in batches) == 100
+    v = [value for features, _ in batches for value in features["v"].to_list()]
+    w = [value for features, _ in batches for value in features["w"].to_list()]
+    assert v.count([]) == 20 and sum(len(values) == 2 for values in w) == 10
+
+
+def test_the_sample_is_the_first_records_of_every_file_within_a_budget(tmp_path, tf):
+    files = [write(tmp_path / f"p-{k:02d}.tfrecord",
+                   [{"label": [1], "x": [1.0]}] * 50, tf) for k in range(12)]
+    from tfopt.data import source as source_module
+
+    sample = source_module.sample_schema(files, None, records=source_module.SAMPLE_RECORDS,
+                                         max_bytes=source_module.SAMPLE_BYTES,
+                                         max_files=source_module.SAMPLE_FILES)
+    assert (sample.files, sample.per_file, sample.records) == (12, 1024 // 12, 600)  # all 50 each
+    resolved = resolve_source([str(f) for f in files])
+    framing = 16  # length, its CRC and the data's CRC around each record
+    assert resolved.sampled_record_bytes == files[0].stat().st_size / 50 - framing
+
+
+def test_a_feature_with_two_types_is_left_out_with_a_warning(tmp_path, tf, caplog):
+    path = write(tmp_path / "conflict.tfrecord",
+                 [{"label": [i % 2], "x": [1.0], "v": [1.0] if i < 10 else [1]}
+                  for i in range(20)], tf)
+    with caplog.at_level(logging.WARNING, logger="tfopt"):
+        builder, batches = read_all(str(path))
+    warning = next(r.getMessage() for r in caplog.records if "'v'" in r.getMessage())
+    assert "left out" in warning and "float" in warning and "int64" in warning
+    assert "\n" not in warning
+    assert set(batches[0][0]) == {"x"} and sum(len(y) for _, y in batches) == 20
+    with pytest.raises(tfopt.InvalidArgumentError, match="feature 'v' cannot be the .* key"):
+        PipelineBuilder(str(path), batch_size=4, label_key="v")
+
+
+def test_a_sequence_example_file_is_refused_naming_it(tmp_path, tf):
+    path = tmp_path / "seq.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for i in range(3):
+            writer.write(tf.train.SequenceExample(
+                context=tf.train.Features(feature={"label": _feature(tf, [i])}),
+                feature_lists=tf.train.FeatureLists(feature_list={"frames": tf.train.FeatureList(
+                    feature=[_feature(tf, [1.0])] * (i + 1))}),
+            ).SerializeToString())
+    with pytest.raises(tfopt.DatasetError, match=r"seq.tfrecord: record 0 is not a "
+                                                  r"tf.train.Example.*SequenceExample"):
+        PipelineBuilder(str(path), batch_size=4)
+
+
+@pytest.fixture()
+def array_dataset(tmp_path):
+    rng = np.random.default_rng(0)
+    src = tmp_path / "arrays.npz"
+    np.savez(src, x=rng.normal(size=(30, 2, 3)).astype(np.float32),
+             mask=rng.integers(0, 2, (30, 4)).astype(bool), y=np.arange(30) % 3)
+    out = tmp_path / "out"
+    tfopt.convert(src, out, workers=1, shards=3)
+    return out
+
+
+def test_a_glob_of_tfopt_shards_keeps_the_manifest_schema(array_dataset):
+    glob = str(array_dataset / "train-*")
+    source = resolve_source(glob)
+    assert source.expected_counts is not None and source.num_records == 30
+    features, labels = next(iter(PipelineBuilder(glob, batch_size=8).build()))
+    # as from the folder: raw arrays decoded to their dtype and shape (were tf.string, flat)
+    assert features["x"].dtype.name == "float32" and features["x"].shape[1:] == (2, 3)
+    assert features["mask"].dtype.name == "bool" and features["mask"].shape[1:] == (4,)
+    # a subset, in another spelling: only those shards, counted against the manifest
+    one = sorted(array_dataset.glob("train-*"))[1]
+    subset = resolve_source([f"{array_dataset}/./{one.name}"])
+    assert subset.files == [f"{array_dataset}/./{one.name}"]
+    assert subset.num_records == tfopt.read_manifest(array_dataset).shards[1].num_records
+
+
+def test_shards_not_all_listed_in_the_manifest_are_inferred(array_dataset, tmp_path):
+    stray = array_dataset / "more-0.tfrecord"
+    shutil.copy(sorted(array_dataset.glob("train-*"))[0], stray)
+    source = resolve_source(str(array_dataset / "*.tfrecord"))
+    assert source.expected_counts is None  # the schema is inferred: bytes, not decoded
+    assert {f.name: f.raw_dtype for f in source.features}["x"] is None
+
+
+def test_a_folder_without_manifest_is_refused_with_the_glob_to_use(tmp_path, tf):
+    folder = tmp_path / "fdir"
+    folder.mkdir()
+    for k in range(2):
+        write(folder / f"plain-{k}.tfrecord", [{"label": [i % 2]} for i in range(5)], tf)
+    (folder / "README.txt").write_text("hello\n")
+    with pytest.raises(tfopt.DatasetError) as caught:
+        PipelineBuilder(str(folder), batch_size=4)
+    message = str(caught.value)
+    assert "no manifest.json" in message and f"'{folder}/*.tfrecord'" in message
+    inspected = tfopt.inspect(folder)  # the files inspect reads are those of the glob
+    assert f"'{folder}/*.tfrecord'" in "\n".join(inspected.notes)
+    _, batches = read_all(f"{folder}/*.tfrecord")
+    assert sum(len(y) for _, y in batches) == inspected.num_records == 10
