@@ -159,3 +159,19 @@ def test_tfrecord_files_are_told_by_name_or_by_their_first_record_header(tmp_pat
     assert [is_tfrecord_file(tmp_path / name) for name in
             ("noext", "gz", "empty", "short", "text", "badgz", "cut.tfrecord")] == \
         [True, True, True, False, False, False, True]
+
+
+def test_a_glob_of_tfopt_shards_names_the_dataset_whose_manifest_describes_them(tmp_path):
+    import numpy as np
+
+    src = tmp_path / "arrays.npz"
+    np.savez(src, x=np.ones((12, 2, 3), np.float32), y=np.arange(12) % 2)
+    out = tmp_path / "out"
+    tfopt.convert(src, out, workers=1, shards=2)
+    result = tfopt.inspect(str(out / "train-*"))
+    assert result.num_records == 12
+    assert any(f"tfopt dataset in {out}" in note for note in result.notes)
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    (loose / "a.tfrecord").write_bytes((out / result.files[0].path.rsplit("/", 1)[-1]).read_bytes())
+    assert not any("tfopt dataset" in note for note in tfopt.inspect(loose / "a.tfrecord").notes)

@@ -25,6 +25,7 @@ from tfopt.records.inspect import (
     SchemaSample,
     detect_compression,
     folder_hint,
+    manifest_listing,
     pick_image_key,
     pick_label_key,
     sample_schema,
@@ -212,23 +213,7 @@ def _with_manifest(files: list[str]) -> tuple[Manifest | None, list[str], Path |
     Only when every file is listed in the manifest of its folder (one folder): raw arrays are
     then decoded and shapes kept as for the folder itself, and counts are checked per shard.
     """
-    folders = {_same_file(file).parent for file in files}
-    if len(folders) != 1:
-        return None, files, None
-    folder = folders.pop()
-    if not (folder / MANIFEST_NAME).is_file():
-        return None, files, None
-    try:
-        manifest = read_manifest(folder)
-    except DatasetError as error:
-        logger.warning("%s; the schema is inferred from the records instead", error)
-        return None, files, None
-    listed = {_same_file(folder / shard.file) for shard in manifest.shards}
-    unlisted = [file for file in files if _same_file(file) not in listed]
-    if unlisted:
-        logger.info("%s is not listed in %s: the schema is inferred from the records",
-                    unlisted[0], folder / MANIFEST_NAME)
-        return None, files, None
+    manifest, folder = manifest_listing(files)
     return manifest, files, folder
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 import gzip
+import logging
 import re
 import struct
 import zlib
@@ -24,7 +25,9 @@ from tfopt._validate import require
 from tfopt.errors import DatasetError
 from tfopt.records._files_of import is_gzip, resolve_files, tf_compression_type
 from tfopt.records.image_header import image_size, sniff_format
-from tfopt.records.manifest import JOURNAL_NAME, Manifest
+from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME, Manifest, read_manifest
+
+logger = logging.getLogger("tfopt")
 
 # Keys that hold the encoded image / the class label in public datasets, most specific first.
 IMAGE_KEY_CANDIDATES = ("image/encoded", "image/jpeg", "image_raw", "image/raw", "image_bytes",
@@ -217,6 +220,11 @@ def inspect(path, *, fast: bool = False, sample: int = 64,
     files, manifest, notes = resolve_files(path)
     if manifest is None and Path(str(path)).is_dir():
         files = _tfrecord_files_of_folder(path, files, notes)
+    elif manifest is None:
+        owner, folder = manifest_listing(files)
+        if owner is not None:  # the schema shown is what the records hold, not the manifest's
+            notes.append(f"these shards belong to the tfopt dataset in {folder}: pipelines "
+                         f"read them with its manifest's schema ('tfopt inspect {folder}')")
     missing = [str(file) for file in files if not file.is_file()]  # a folder there is missing too
     if missing:
         raise DatasetError(f"{path}: shard(s) listed in the manifest are missing: "
@@ -306,6 +314,33 @@ def _tfrecord_files_of_folder(path, files: list[Path], notes: list[str]) -> list
     if not (Path(str(path)) / JOURNAL_NAME).exists():  # not an interrupted conversion
         notes.append(f"pipelines read a folder only with its manifest; {folder_hint(path, kept)}")
     return kept
+
+
+def manifest_listing(files) -> tuple[Manifest | None, Path | None]:
+    """The manifest (and its folder) that lists every one of ``files``, if there is one.
+
+    Shards of a tfopt dataset named by a glob or a list rather than by their folder: the
+    manifest beside them holds their schema (raw arrays, shapes) and counts. None unless all
+    files lie in one folder whose readable manifest lists each of them.
+    """
+    folders = {Path(file).resolve().parent for file in files}
+    if len(folders) != 1:
+        return None, None
+    folder = folders.pop()
+    if not (folder / MANIFEST_NAME).is_file():
+        return None, None
+    try:
+        manifest = read_manifest(folder)
+    except DatasetError as error:
+        logger.warning("%s; the schema is inferred from the records instead", error)
+        return None, None
+    listed = {(folder / shard.file).resolve() for shard in manifest.shards}
+    unlisted = [file for file in files if Path(file).resolve() not in listed]
+    if unlisted:
+        logger.info("%s is not listed in %s: the schema is inferred from the records",
+                    unlisted[0], folder / MANIFEST_NAME)
+        return None, None
+    return manifest, folder
 
 
 def folder_hint(folder, files: list[Path] | None = None) -> str:
