@@ -175,3 +175,16 @@ def test_a_glob_of_tfopt_shards_names_the_dataset_whose_manifest_describes_them(
     loose.mkdir()
     (loose / "a.tfrecord").write_bytes((out / result.files[0].path.rsplit("/", 1)[-1]).read_bytes())
     assert not any("tfopt dataset" in note for note in tfopt.inspect(loose / "a.tfrecord").notes)
+
+
+def test_the_build_time_sample_reads_on_past_a_corrupted_file(tmp_path, tf):
+    rows = [{"label": [1]}] * 5
+    files = [write(tmp_path / "a-0.tfrecord", rows, tf), write(tmp_path / "a-1.tfrecord", rows, tf),
+             write(tmp_path / "a-2.tfrecord", [{"label": [1], "extra": [1]}] * 5, tf)]
+    data = bytearray(files[1].read_bytes())
+    data[20] ^= 0x55  # inside the first record: its CRC fails
+    files[1].write_bytes(bytes(data))
+    sample = sample_schema(files, None, stop_at_corruption=True)
+    assert sample.records == 10 and "extra" in {f.name for f in sample.features}
+    with pytest.raises(tfopt.DatasetError, match="a-1.tfrecord: corrupted"):
+        sample_schema(files, None)

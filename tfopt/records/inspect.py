@@ -384,9 +384,9 @@ def infer_schema(files, compression, sample,
         files: TFRecord files.
         compression: ``"gzip"`` or None.
         sample: Records to read.
-        stop_at_corruption: Use the records read before a corrupted one instead of raising,
-            or those of the next files when a file's first record is corrupted (readers that
-            handle corruption themselves). Defaults to False.
+        stop_at_corruption: At a corrupted record, keep the records read before it and go on
+            with the next file instead of raising (readers that handle corruption themselves).
+            Defaults to False.
 
     Raises:
         tfopt.DatasetError: Records that are not ``tf.train.Example``, a corrupted file (named),
@@ -501,9 +501,7 @@ def _read_in_order(schema: _SchemaStats, files, compression, budget, stop_at_cor
                                    f"({short_tf_message(error)}); run 'tfopt verify' on it")
             if not stop_at_corruption:
                 raise problem from None
-            if schema.records:
-                break
-            # nothing read yet (the first record is bad): sample the next file
+            # keep what was read before it, and sample the next files
             corrupted = corrupted or problem
     if schema.records == 0 and corrupted is not None:
         raise corrupted
