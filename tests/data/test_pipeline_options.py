@@ -4,6 +4,7 @@ epoch with no batch refused, and corrupted records counted once per shard."""
 from __future__ import annotations
 
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -107,9 +108,13 @@ def test_lost_records_count_once_per_shard_however_many_epochs_read_it(indexed_p
     assert int(builder.corrupt_records) == lost  # counted 1x per pass (and then some) before
 
 
-def test_describe_says_what_happens_to_corruption_without_a_manifest(indexed_png_dataset):
-    glob = str(indexed_png_dataset / "train-*")
-    described = PipelineBuilder(glob, batch_size=8, image_size=24).choices.describe()
+def test_describe_says_what_happens_to_corruption_without_a_manifest(
+        indexed_png_dataset, tmp_path):
+    # a glob of shards beside their manifest keeps its counts: copy them without it
+    bare = tmp_path / "bare"
+    shutil.copytree(indexed_png_dataset, bare, ignore=shutil.ignore_patterns("manifest.json"))
+    described = PipelineBuilder(str(bare / "train-*"), batch_size=8,
+                                image_size=24).choices.describe()
     assert "DataLossError (no manifest to name the shard)" in described
     described = PipelineBuilder(indexed_png_dataset, batch_size=8,
                                 image_size=24).choices.describe()
