@@ -119,3 +119,34 @@ def test_describe_says_what_happens_to_corruption_without_a_manifest(
     described = PipelineBuilder(indexed_png_dataset, batch_size=8,
                                 image_size=24).choices.describe()
     assert "error naming the shard" in described
+
+
+def test_numbers_come_out_in_the_dtype_they_went_in(tmp_path):
+    rng = np.random.default_rng(0)
+    arrays = {"i8": rng.integers(-128, 128, 20).astype(np.int8),
+              "u16": rng.integers(0, 65536, (20, 2)).astype(np.uint16),
+              "i32": rng.integers(-2**31, 2**31, (20, 3)).astype(np.int32),
+              "f16": rng.standard_normal((20, 2)).astype(np.float16),
+              "flag": rng.random(20) < 0.5,
+              "row": np.arange(20), "label": np.arange(20) % 3}
+    np.savez(tmp_path / "data.npz", **arrays)
+    tfopt.convert(tmp_path / "data.npz", tmp_path / "out", workers=1)
+    features, labels = next(iter(tfopt.build_pipeline(tmp_path / "out", 20, split="train")))
+    order = features["row"].numpy()  # convert shuffled the rows
+    for name, array in arrays.items():
+        if name == "label":
+            continue
+        assert features[name].dtype.name == array.dtype.name, name  # was int64 / float32
+        np.testing.assert_array_equal(features[name].numpy(), array[order])
+    np.testing.assert_array_equal(labels.numpy(), arrays["label"][order])
+
+
+def test_a_manifest_file_as_source_reads_one_split_with_its_counts(image_folder, tmp_path):
+    out = tmp_path / "out"
+    tfopt.convert(image_folder, out, workers=1, val_fraction=0.25)
+    for training in (False, True):
+        builder = PipelineBuilder(out / "manifest.json", batch_size=2, image_size=24,
+                                  training=training)
+        folder = PipelineBuilder(out, batch_size=2, image_size=24, training=training)
+        assert builder.source.files == folder.source.files  # not every shard of both splits
+        assert builder.steps_per_epoch == folder.steps_per_epoch is not None

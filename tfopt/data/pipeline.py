@@ -678,6 +678,9 @@ class PipelineBuilder:
                 parsed[feature.name] = tf.reshape(values, [-1, *feature.raw_shape])
             elif self.config.pad_ragged and isinstance(parsed.get(feature.name), tf.RaggedTensor):
                 parsed[feature.name] = parsed[feature.name].to_tensor()
+            if feature.value_dtype and feature.name in parsed:
+                parsed[feature.name] = tf.cast(parsed[feature.name],
+                                               tf.dtypes.as_dtype(feature.value_dtype))
         label_key, image_key = self.source.label_key, self.source.image_key
         if image_key is not None:
             images = parsed[image_key]

@@ -56,6 +56,8 @@ class ParsedFeature:
         shape: Per-example shape in the record; None for variable length (ragged).
         raw_dtype: For raw-bytes arrays, the NumPy dtype to decode into, else None.
         raw_shape: For raw-bytes arrays, the per-example array shape.
+        value_dtype: For numbers stored in an int64 or float list, the source's narrower
+            NumPy dtype (int8-uint32, float16, bool) to cast back to, else None.
     """
 
     name: str
@@ -63,6 +65,7 @@ class ParsedFeature:
     shape: list[int] | None
     raw_dtype: str | None = None
     raw_shape: list[int] | None = None
+    value_dtype: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,6 +192,8 @@ def _files_of(source, split, training) -> tuple[Manifest | None, list[str], Path
             raise DatasetError(f"shard files not found: {missing[:3] or 'empty list'}")
         return _with_manifest(files)
     path = Path(str(source))
+    if path.name == MANIFEST_NAME and path.is_file():
+        path = path.parent  # the dataset it describes: one split, not every shard of all
     if not path.is_dir():  # a glob or one file: as inspect and verify read them
         files, _, _ = resolve_files(source)
         return _with_manifest([str(file) for file in files])
@@ -226,8 +231,14 @@ def _features_from_manifest(manifest: Manifest) -> list[ParsedFeature]:
             parsed.append(ParsedFeature(spec.name, FeatureKind.BYTES, []))
         else:
             shape = spec.shape if spec.shape is not None else None
-            parsed.append(ParsedFeature(spec.name, spec.kind, shape))
+            narrower = spec.dtype if spec.dtype in _NARROWER_THAN_LISTS else None
+            parsed.append(ParsedFeature(spec.name, spec.kind, shape, value_dtype=narrower))
     return parsed
+
+
+# dtypes that int64/float lists widen on the way in: the pipeline casts them back, so that
+# a uint8 or float16 array comes out as it went in
+_NARROWER_THAN_LISTS = {"int8", "int16", "int32", "uint8", "uint16", "uint32", "float16", "bool"}
 
 
 def _features_from_sample(sampled: list[FeatureInfo], sample: SchemaSample,
