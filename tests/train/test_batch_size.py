@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import textwrap
+import types
 
 import numpy as np
 import pytest
@@ -204,6 +205,26 @@ def test_resident_memory_after_a_larger_trial_is_interpolated_not_counted_again(
     assert result.largest_fit == (budget - extra) // per // 8 * 8
 
 
+def test_uncompiled_models_and_loose_arguments_get_clear_errors(mlp):
+    import keras
+
+    raw = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    for function in (find_batch_size, lambda model: throughput_sweep(model, [8])):
+        with pytest.raises(InvalidArgumentError, match="is not compiled; call model.compile"):
+            function(raw)
+        with pytest.raises(InvalidArgumentError, match="expected a compiled Keras model"):
+            function(42)
+    with pytest.raises(InvalidArgumentError, match=r"batch_sizes=32: expected a list .*\[32\]"):
+        throughput_sweep(mlp, 32)
+    with pytest.raises(InvalidArgumentError, match="warmup=True: expected an integer >= 0"):
+        throughput_sweep(mlp, [8], warmup=True)
+    # numpy integers are integers
+    sweep = throughput_sweep(mlp, [np.int64(4)], steps=np.int64(1), warmup=np.int32(0))
+    assert sweep.chosen == 4 and isinstance(sweep.chosen, int)
+    assert search_batch_size(lambda b: b <= 24, max_batch_size=np.int64(64)).largest_fit == 24
+    assert apply_margin(np.int64(296)) == 264
+
+
 def test_real_trials_without_budget_on_cpu_only_stop_at_the_limit(mlp):
     before = snapshot(mlp)
     calls = []
@@ -241,7 +262,8 @@ class FakeClock:
 class FakeModel:
     """train_on_batch advances the fake clock by a cost per batch size; the first call is slow."""
 
-    optimizer = None
+    # "compiled": an optimizer already built, without variables to save and restore
+    optimizer = types.SimpleNamespace(built=True, variables=[])
 
     def __init__(self, clock, seconds_per_step):
         self.clock, self.seconds_per_step, self.seen = clock, seconds_per_step, set()

@@ -115,3 +115,29 @@ def test_fusing_twice_changes_nothing_and_a_saved_model_loads_as_plain_keras(tmp
     assert not is_fused(loaded.get_layer("bn"))
     np.testing.assert_allclose(loaded(x, training=False), fused(x, training=False),
                                rtol=1e-4, atol=1e-5)
+
+
+def test_not_a_model_is_named():
+    from tfopt.errors import InvalidArgumentError
+    from tfopt.train.keras_compat import synchronize_batch_norm
+
+    for function in (fuse_batch_norm, synchronize_batch_norm):
+        with pytest.raises(InvalidArgumentError, match=r"\(model\): expected a Keras model, "
+                                                       r"got str 'model'"):
+            function("model")
+
+
+def test_synchronizing_a_fused_model_is_refused_and_the_other_way_works():
+    from tfopt.errors import InvalidArgumentError
+    from tfopt.train.keras_compat import synchronize_batch_norm
+
+    fused = conv_bn_model()
+    fuse_batch_norm(fused)
+    # the fused kernel keeps per-replica statistics: silently undoing one of the two would
+    # leave the user believing in the other
+    with pytest.raises(InvalidArgumentError, match="fuse_batch_norm already switched 1 layer"):
+        synchronize_batch_norm(fused)
+    assert not fused.get_layer("bn").synchronized
+    synced = conv_bn_model()
+    assert synchronize_batch_norm(synced) == 1
+    assert fuse_batch_norm(synced) == 0  # synchronized layers keep Keras's code (documented)

@@ -51,13 +51,14 @@ import importlib
 import json
 import logging
 import math
+import operator
 import os
 import statistics
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from tfopt._text import human_bytes, table
@@ -278,10 +279,32 @@ class SweepResult:
 # -- the search ------------------------------------------------------------------------------
 
 
+def _check_int(name: str, value, minimum: int, expected: str) -> int:
+    """``value`` as an int when it is an integer >= minimum (numpy integers too), else an error."""
+    try:
+        number = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        number = None
+    if number is None or number < minimum:
+        raise InvalidArgumentError(f"{name}={value!r}: expected {expected}")
+    return number
+
+
 def _check_positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgumentError(f"{name}={value!r}: expected a positive integer")
-    return value
+    return _check_int(name, value, 1, "a positive integer")
+
+
+def _check_compiled(model, function: str) -> None:
+    """A compiled Keras model, or an error that says what ``model`` is and what to do."""
+    if not hasattr(model, "train_on_batch"):
+        raise InvalidArgumentError(
+            f"{function}(model): expected a compiled Keras model"
+            f"{' or a module:function spec' if function == 'find_batch_size' else ''}, got "
+            f"{type(model).__name__} {model!r:.80}")
+    if getattr(model, "optimizer", None) is None:
+        raise InvalidArgumentError(
+            f"{function}(model): model {getattr(model, 'name', '')!r} is not compiled; call "
+            "model.compile(optimizer, loss) first (the trials train it)")
 
 
 def apply_margin(largest_fit: int, margin: float = DEFAULT_MARGIN,
@@ -303,8 +326,8 @@ def apply_margin(largest_fit: int, margin: float = DEFAULT_MARGIN,
         >>> apply_margin(296)
         264
     """
-    _check_positive_int("largest_fit", largest_fit)
-    _check_positive_int("multiple", multiple)
+    largest_fit = _check_positive_int("largest_fit", largest_fit)
+    multiple = _check_positive_int("multiple", multiple)
     if not 0 < margin <= 1:
         raise InvalidArgumentError(f"margin={margin!r}: expected a fraction in (0, 1], e.g. 0.9")
     # 1e-9: 0.9 * 80 is 72.00000000000001 or 71.99999999999999 depending on the operands
@@ -359,9 +382,9 @@ def search_batch_size(
         >>> result.largest_power_of_two, result.largest_fit, result.recommended
         (256, 296, 264)
     """
-    _check_positive_int("start", start)
-    _check_positive_int("max_batch_size", max_batch_size)
-    _check_positive_int("granularity", granularity)
+    start = _check_positive_int("start", start)
+    max_batch_size = _check_positive_int("max_batch_size", max_batch_size)
+    granularity = _check_positive_int("granularity", granularity)
     if start > max_batch_size:
         raise InvalidArgumentError(f"start={start} is above max_batch_size={max_batch_size}")
     apply_margin(1, margin)  # validates the margin before any trial runs
@@ -863,11 +886,11 @@ def find_batch_size(
     from tfopt._tf import import_tensorflow
 
     tf = import_tensorflow()
-    _check_positive_int("steps", steps)
+    steps = _check_positive_int("steps", steps)
     model_kwargs = dict(model_kwargs or {})
     budget = _default_budget(tf) if memory_budget == "auto" else memory_budget
     if budget is not None:
-        _check_positive_int("memory_budget", budget)
+        budget = _check_positive_int("memory_budget", budget)
     notes = []
     search = dict(start=start, max_batch_size=max_batch_size, granularity=granularity,
                   margin=margin, on_trial=on_trial)
@@ -888,6 +911,7 @@ def find_batch_size(
     else:
         if isinstance(model, str):
             model = load_model_spec(model, **model_kwargs)
+        _check_compiled(model, "find_batch_size")
         state = _ModelState(model)
         probe = _MemoryProbe(tf, state.variable_bytes()) if budget is not None or \
             tf.config.list_logical_devices("GPU") else None
@@ -984,12 +1008,16 @@ def throughput_sweep(
         >>> print(sweep.describe()); sweep.chosen
         64
     """
+    _check_compiled(model, "throughput_sweep")
+    if isinstance(batch_sizes, (str, bytes)) or not isinstance(batch_sizes, Iterable):
+        raise InvalidArgumentError(
+            f"batch_sizes={batch_sizes!r}: expected a list of batch sizes, e.g. [32, 64, 128] "
+            f"(one size: [{batch_sizes!r}])")
     sizes = [_check_positive_int("batch size", b) for b in batch_sizes]
     if not sizes:
         raise InvalidArgumentError("batch_sizes is empty: give at least one, e.g. [32, 64, 128]")
-    _check_positive_int("steps", steps)
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise InvalidArgumentError(f"warmup={warmup!r}: expected an integer >= 0")
+    steps = _check_positive_int("steps", steps)
+    warmup = _check_int("warmup", warmup, 0, "an integer >= 0")
     pick_batch_size({1: 1.0}, tolerance)  # validate before the slow part
     state = _ModelState(model) if restore else None
     points = []

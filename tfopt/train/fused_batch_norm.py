@@ -32,7 +32,9 @@ from tfopt._tf import import_tensorflow
 tf = import_tensorflow()
 import keras  # noqa: E402 - after the quiet TensorFlow import
 
-__all__ = ["fuse_batch_norm", "is_fused"]
+from tfopt.errors import InvalidArgumentError  # noqa: E402
+
+__all__ = ["check_keras_model", "fuse_batch_norm", "is_fused"]
 
 _FUSABLE_DTYPES = (tf.float32, tf.bfloat16, tf.float16)
 
@@ -74,6 +76,14 @@ def _fused_call(self, inputs, training=None, mask=None):
     return tf.cast(outputs, self.compute_dtype)
 
 
+def check_keras_model(model, function: str) -> None:
+    """Raise InvalidArgumentError unless ``model`` is a Keras layer (a model is one)."""
+    if not isinstance(model, keras.layers.Layer):
+        raise InvalidArgumentError(
+            f"{function}(model): expected a Keras model, got {type(model).__name__} "
+            f"{model!r:.80}; pass the model object (build it first)")
+
+
 def is_fused(layer) -> bool:
     """Whether :func:`fuse_batch_norm` switched this layer to the fused kernel."""
     call = getattr(layer, "call", None)
@@ -92,12 +102,16 @@ def fuse_batch_norm(model) -> int:
     Returns:
         How many ``BatchNormalization`` layers now run fused (already fused ones included).
 
+    Raises:
+        InvalidArgumentError: ``model`` is not a Keras model or layer.
+
     Example:
         >>> with tfopt.enable_policy("mixed_bfloat16"):
         ...     model = build_model()
         >>> tfopt.fuse_batch_norm(model)
         9
     """
+    check_keras_model(model, "fuse_batch_norm")
     fused = 0
     for layer in model._flatten_layers(include_self=False, recursive=True):
         if not _fusable(layer):

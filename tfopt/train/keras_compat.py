@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import logging
 
-from tfopt.errors import TfoptError
+from tfopt.errors import InvalidArgumentError, TfoptError
 
 logger = logging.getLogger("tfopt")
 
@@ -230,6 +230,11 @@ def synchronize_batch_norm(model) -> int:
     Returns:
         How many layers were switched.
 
+    Raises:
+        InvalidArgumentError: ``model`` is not a Keras model, or :func:`fuse_batch_norm` ran on
+            it: the fused kernel computes per-replica statistics, so use one or the other
+            (synchronising on several workers, fusing on one).
+
     Example:
         >>> with chosen.strategy.scope():
         ...     model = build_model()
@@ -238,8 +243,20 @@ def synchronize_batch_norm(model) -> int:
     """
     import keras
 
+    from tfopt.train.fused_batch_norm import check_keras_model, is_fused
+
+    check_keras_model(model, "synchronize_batch_norm")
+    layers = list(model._flatten_layers(include_self=False, recursive=True))
+    fused = [layer.name for layer in layers if is_fused(layer)]
+    if fused:
+        raise InvalidArgumentError(
+            f"synchronize_batch_norm(model): fuse_batch_norm already switched {len(fused)} "
+            f"layer(s) of {model.name!r} to the fused kernel ({', '.join(fused[:3])}"
+            f"{', ...' if len(fused) > 3 else ''}), which keeps per-replica statistics; use "
+            "one or the other: synchronize_batch_norm for identical statistics on several "
+            "workers, fuse_batch_norm for speed on one (build the model again without it)")
     switched = 0
-    for layer in model._flatten_layers(include_self=False, recursive=True):
+    for layer in layers:
         if isinstance(layer, keras.layers.BatchNormalization) and not layer.synchronized:
             layer.synchronized = True
             switched += 1
