@@ -325,6 +325,40 @@ def test_mix_errors_name_what_is_missing():
     np.testing.assert_array_equal(labels.numpy(), np.arange(4))
 
 
+def test_class_indices_outside_num_classes_are_an_error_eager_and_in_a_graph():
+    # tf.one_hot would make all-zero label rows of them: examples that teach nothing
+    images = uint8_batch(batch=4)
+    with pytest.raises(InvalidArgumentError, match=r"\[0, num_classes=10\); got \[20, 21"):
+        augment_batch(images, tf.range(4) + 20, seed=0, mixup_alpha=0.2, num_classes=10)
+    with pytest.raises(InvalidArgumentError, match=r"got \[-1\]"):
+        augment_batch(images, tf.constant([0, 1, -1, 2]), seed=0, cutmix_alpha=1.0,
+                      num_classes=10)
+    dataset = tf.data.Dataset.from_tensor_slices((images, tf.range(4) + 9)).batch(4)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"\[0, num_classes=10\)"):
+        list(augment_dataset(dataset, seed=0, mixup_alpha=0.2, num_classes=10))
+    # the last class is in range
+    ok = tf.data.Dataset.from_tensor_slices((images, tf.constant([9, 0, 9, 3]))).batch(4)
+    _, labels = next(iter(augment_dataset(ok, seed=0, mixup_alpha=0.2, num_classes=10)))
+    np.testing.assert_allclose(labels.numpy().sum(axis=1), 1.0, rtol=1e-6)
+
+
+def test_numpy_integer_seeds_are_ints():
+    layer = Augment(seed=np.int64(3), output_dtype="float32")
+    assert layer.seed == 3 and type(layer.seed) is int
+    same = Augment(seed=3, output_dtype="float32")
+    images = uint8_batch(batch=2)
+    np.testing.assert_array_equal(layer(images, training=True).numpy(),
+                                  same(images, training=True).numpy())
+    dataset = tf.data.Dataset.from_tensor_slices(images).batch(2)
+    next(iter(augment_dataset(dataset, seed=np.int32(1))))
+
+
+def test_layer_on_an_input_that_is_not_a_batch_of_images_says_so():
+    with pytest.raises(InvalidArgumentError, match=r"expected a batch \[batch, height, width, "
+                                                   r"channels\], got input shape \(None, 32, 3\)"):
+        Augment(seed=0)(keras.Input((32, 3)))
+
+
 # --- dtypes ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("global_policy", ["mixed_float16", "mixed_bfloat16"], indirect=True)
@@ -379,6 +413,54 @@ def test_layer_trains_with_fit_and_survives_save_and_load(tmp_path):
     loaded = keras.models.load_model(tmp_path / "model.keras")
     np.testing.assert_allclose(loaded.predict(images, verbose=0), before, rtol=1e-5, atol=1e-6)
     assert loaded.get_layer("augment").config == model.get_layer("augment").config
+
+
+def test_the_seed_generator_state_is_saved_and_loaded(tmp_path):
+    images = uint8_batch(seed=2, batch=4)
+
+    def model():
+        inputs = keras.Input((32, 40, 3), dtype="uint8")
+        return keras.Model(inputs, Augment(output_size=24, random_crop=True, seed=0,
+                                           output_dtype="float32")(inputs))
+
+    original = model()
+    original(images, training=True)
+    original(images, training=True)  # two draws made: the generator has moved on
+    original.save_weights(tmp_path / "w.weights.h5")
+    original.save(tmp_path / "m.keras")
+    third = original(images, training=True).numpy()
+    for loaded in (model(), None):
+        if loaded is None:
+            loaded = keras.models.load_model(tmp_path / "m.keras")
+        else:
+            loaded.load_weights(tmp_path / "w.weights.h5")
+        # continues where the saved layer was, not at its first draw
+        np.testing.assert_array_equal(loaded(images, training=True).numpy(), third)
+
+
+def test_a_resumed_fit_continues_the_augmentation_and_ends_with_the_same_weights(tmp_path):
+    from tfopt.train.backup import backup_callbacks
+
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (32, 16, 16, 3), dtype=np.uint8)
+    labels = np.arange(32) % 3
+
+    def fit(epochs, callbacks=()):
+        keras.utils.set_random_seed(5)  # the same initial weights every time
+        inputs = keras.Input((16, 16, 3), dtype="uint8")
+        x = Augment(output_size=12, random_crop=True, seed=0, output_dtype="float32")(inputs)
+        x = keras.layers.Flatten()(x)
+        model = keras.Model(inputs, keras.layers.Dense(3)(x))
+        model.compile(keras.optimizers.SGD(0.01), "sparse_categorical_crossentropy")
+        data = tf.data.Dataset.from_tensor_slices((images, labels)).batch(8)  # fixed order
+        model.fit(data, epochs=epochs, verbose=0, callbacks=list(callbacks))
+        return model.get_weights()
+
+    straight = fit(4)
+    fit(2, backup_callbacks(tmp_path, monitor="loss", delete_backup=False))  # "crashed" after 2
+    resumed = fit(4, backup_callbacks(tmp_path, monitor="loss"))  # a new model, from the backup
+    for a, b in zip(straight, resumed, strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_layer_inference_is_deterministic_and_matches_the_function():

@@ -22,6 +22,7 @@ import dataclasses
 import enum
 import math
 import numbers
+import operator
 
 import keras
 import numpy as np
@@ -531,6 +532,30 @@ def _beta(seed, shape, alpha):
     return first / tf.maximum(first + second, 1e-12)
 
 
+def _checked_class_indices(labels, num_classes):
+    """``labels`` after a check that every one is in [0, num_classes).
+
+    ``tf.one_hot`` turns an index outside that range into an all-zero row: a label that mixes
+    into nothing, silently. Eagerly the error is ours; in a graph (``dataset.map``, a
+    ``tf.function``) the check is an op and TensorFlow raises ``InvalidArgumentError`` with the
+    same message when the batch arrives.
+    """
+    message = f"labels: class indices must be in [0, num_classes={num_classes})"
+    if tf.executing_eagerly():
+        values = labels.numpy()
+        bad = values[(values < 0) | (values >= num_classes)]
+        if bad.size:
+            raise InvalidArgumentError(
+                f"{message}; got {sorted(set(bad.tolist()))[:5]} (labels from 1? give "
+                "num_classes = the number of classes and labels 0 .. num_classes - 1)")
+        return labels
+    checks = [tf.debugging.assert_non_negative(labels, message=message),
+              tf.debugging.assert_less(labels, tf.cast(num_classes, labels.dtype),
+                                       message=message)]
+    with tf.control_dependencies(checks):
+        return tf.identity(labels)
+
+
 def _one_hot_labels(labels, num_classes):
     labels = tf.convert_to_tensor(labels)
     if labels.dtype.is_integer:
@@ -544,7 +569,8 @@ def _one_hot_labels(labels, num_classes):
             raise InvalidArgumentError(
                 "num_classes=None: MixUp/CutMix need it to turn integer labels into one-hot "
                 "vectors, e.g. num_classes=10")
-        return tf.one_hot(labels, num_classes, dtype=tf.float32)
+        return tf.one_hot(_checked_class_indices(labels, num_classes), num_classes,
+                          dtype=tf.float32)
     if not labels.dtype.is_floating or labels.shape.rank != 2:
         raise InvalidArgumentError(
             f"labels: expected integer labels [batch] or one-hot/soft float labels "
@@ -770,6 +796,7 @@ def augment_dataset(dataset, config: AugmentConfig | None = None, *, seed=0,
     config = _make_config(config, config_fields)
     if not _is_int(seed):
         raise InvalidArgumentError(f"seed={seed!r}: expected an int")
+    seed = operator.index(seed)
     spec = dataset.element_spec
     if isinstance(spec, tuple) and len(spec) not in (2, 3):
         raise InvalidArgumentError(
@@ -803,6 +830,9 @@ def augment_dataset(dataset, config: AugmentConfig | None = None, *, seed=0,
     return dataset.enumerate().map(augment_element, num_parallel_calls=num_parallel_calls)
 
 
+# The entry of the seed generator's state in a saved model or weights file.
+_SEED_STATE_KEY = "seed_generator_state"
+
 # Keyword arguments keras.layers.Layer itself takes (anything else is a config field or a typo).
 _LAYER_KWARGS = frozenset({"name", "dtype", "trainable", "autocast", "activity_regularizer",
                            "input_shape", "batch_input_shape", "batch_size", "input_dim"})
@@ -824,7 +854,10 @@ class Augment(keras.layers.Layer):
     MixUp and CutMix are refused: they change the labels, which a layer never sees. Apply them
     with :func:`augment_dataset` (or :func:`augment_batch` in ``dataset.map`` after batching).
 
-    The layer saves with the model; loading needs the class registered with Keras, which
+    The layer saves with the model, and the position of its seed generator with it (in
+    ``save_weights`` files and tfopt's backups too; Keras itself saves no generator state), so
+    a model loaded or a training resumed continues the draws instead of repeating the first
+    ones. Loading needs the class registered with Keras, which
     ``import tfopt`` alone does not do (it imports no TensorFlow): call
     ``tfopt.keras_objects()`` before ``keras.models.load_model`` (or pass it as
     ``custom_objects``).
@@ -858,8 +891,10 @@ class Augment(keras.layers.Layer):
                 "layer cannot mix labels it never sees; use augment_dataset(dataset, ...) or "
                 "dataset.map(lambda x, y: augment_batch(x, y, ...)) after batching, with "
                 "loss='categorical_crossentropy'")
-        if seed is not None and not _is_int(seed):
-            raise InvalidArgumentError(f"seed={seed!r}: expected an int or None")
+        if seed is not None:
+            if not _is_int(seed):
+                raise InvalidArgumentError(f"seed={seed!r}: expected an int or None")
+            seed = operator.index(seed)  # numpy integers too: Keras's SeedGenerator wants int
         # we cast ourselves (float32 arithmetic, then the compute dtype); Keras's autocast would
         # round float32 inputs to float16 before we see them
         kwargs.setdefault("autocast", False)
@@ -884,6 +919,11 @@ class Augment(keras.layers.Layer):
         return images
 
     def compute_output_shape(self, input_shape):
+        if len(input_shape) != 4:
+            raise InvalidArgumentError(
+                f"Augment {self.name!r}: expected a batch [batch, height, width, channels], got "
+                f"input shape {tuple(input_shape)}; give keras.Input the shape of one image, "
+                "e.g. keras.Input((224, 224, 3)), and feed batched images")
         batch, height, width, channels = input_shape
         if self.config.output_size is not None:
             height, width = self.config.output_size
@@ -893,6 +933,18 @@ class Augment(keras.layers.Layer):
         # declared, not traced: tracing would advance the seed generator on symbolic inputs
         return keras.KerasTensor(self.compute_output_shape(inputs.shape),
                                  dtype=self.output_dtype)
+
+    # Keras saves no SeedGenerator state (layer.weights leaves it out): a model saved or backed
+    # up mid-training would restart its augmentation at the first call's seed, so a resumed
+    # run would repeat the crops and flips of the run's start instead of continuing them.
+    def save_own_variables(self, store):
+        super().save_own_variables(store)  # nothing: the layer has no weights
+        store[_SEED_STATE_KEY] = self._seed_generator.state
+
+    def load_own_variables(self, store):
+        # a file saved before the state was kept has no entry: the generator keeps its start
+        if _SEED_STATE_KEY in store:
+            self._seed_generator.state.assign(store[_SEED_STATE_KEY])
 
     def get_config(self):
         base = super().get_config()

@@ -41,11 +41,18 @@ A backup written by plain ``keras.callbacks.BackupAndRestore`` (``latest.weights
 ``training_metadata.json``) is still restored; the first backup written here replaces it. Plain
 Keras does not read this layout: it finds no backup and starts from scratch.
 
-Resuming: the weights, optimizer state and epoch counter are restored, and that epoch restarts
-from its first batch. With ``save_freq="epoch"`` and deterministic training (seeded,
-``tf.config.experimental.enable_op_determinism()``, no or seeded shuffling) the final weights
-equal an uninterrupted run's (tested by killing a process with SIGKILL mid-epoch, and one of two
-workers of a multi-worker job). With ``save_freq`` in batches the weights saved mid-epoch are
+Resuming: the weights, optimizer state and epoch counter are restored (and the seed
+generator of a :class:`~tfopt.data.augment.Augment` layer), and that epoch restarts from its
+first batch. With ``save_freq="epoch"`` and deterministic training (seeded,
+``tf.config.experimental.enable_op_determinism()``) the final weights equal an uninterrupted
+run's (tested by killing a process with SIGKILL mid-epoch, one of two workers of a multi-worker
+job, and with an ``Augment`` layer) as long as the data of each epoch does not depend on how
+many epochs the process has run. The input pipeline is not in the backup: a ``tf.data``
+shuffle with ``reshuffle_each_iteration`` (seeded or not; tfopt's ``PipelineBuilder`` uses one
+for shards and records, and numbers its crop seeds from the start of the dataset) starts again
+at the first epoch's order in the new process, and Keras's own random layers (``Dropout``,
+``RandomFlip``...) save no seed-generator state. Such a run resumes correctly but not
+bit-identically. With ``save_freq`` in batches the weights saved mid-epoch are
 restored but the epoch still starts from its first batch, so its early batches are seen twice
 (Keras 3.15 records the batch but does not skip to it), and the end of an epoch is not saved, so
 the backup can name an epoch that had finished. Prefer "epoch" unless epochs are long.
