@@ -219,7 +219,7 @@ def inspect(path, *, fast: bool = False, sample: int = 64,
             "a positive number of records, e.g. 64")
     files, manifest, notes = resolve_files(path)
     if manifest is None and Path(str(path)).is_dir():
-        files = _tfrecord_files_of_folder(path, files, notes)
+        files = tfrecord_files_of_folder(path, files, notes)
     elif manifest is None:
         owner, folder = manifest_listing(files)
         if owner is not None:  # the schema shown is what the records hold, not the manifest's
@@ -300,7 +300,7 @@ def _masked_crc32c(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-def _tfrecord_files_of_folder(path, files: list[Path], notes: list[str]) -> list[Path]:
+def tfrecord_files_of_folder(path, files: list[Path], notes: list[str]) -> list[Path]:
     """The TFRecord files of a folder without a manifest; the others are named in a note."""
     kept = [file for file in files if is_tfrecord_file(file)]
     others = [file.name for file in files if file not in kept]

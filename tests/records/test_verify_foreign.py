@@ -1,0 +1,41 @@
+"""verify on a folder of TFRecord files written elsewhere (no manifest) reads what inspect
+reads: its TFRecord files, with the other files named in a note, not reported as corrupt."""
+
+from __future__ import annotations
+
+import pytest
+
+import tfopt
+
+
+def _write_records(path, count: int, tf) -> None:
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for index in range(count):
+            feature = {"x": tf.train.Feature(int64_list=tf.train.Int64List(value=[index]))}
+            writer.write(tf.train.Example(
+                features=tf.train.Features(feature=feature)).SerializeToString())
+
+
+def test_a_readme_beside_foreign_shards_is_noted_not_a_bad_shard(tmp_path, tf):
+    folder = tmp_path / "foreign"
+    folder.mkdir()
+    _write_records(folder / "data-a.tfrecord", 5, tf)
+    _write_records(folder / "blob", 3, tf)  # no TFRecord name: taken by its record header
+    (folder / "README.txt").write_text("shards of the x dataset\n")
+    (folder / "tiny").write_bytes(b"hello!")  # 6 bytes: once listed as '0 records'
+    result = tfopt.verify(folder)
+    assert result.ok, result.problems
+    assert sorted((check.file.split("/")[-1], check.num_records)
+                  for check in result.checked) == [("blob", 3), ("data-a.tfrecord", 5)]
+    note = next(note for note in result.notes if note.startswith("not read"))
+    assert "README.txt" in note and "tiny" in note
+    assert sorted(info.path.split("/")[-1] for info in tfopt.inspect(folder).files) == [
+        "blob", "data-a.tfrecord"]
+
+
+def test_a_folder_of_other_files_only_is_an_error(tmp_path):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "README.txt").write_text("nothing here\n")
+    with pytest.raises(tfopt.DatasetError, match="no TFRecord files in this folder"):
+        tfopt.verify(folder)
