@@ -243,6 +243,9 @@ def configure_accumulation(optimizer, effective_batch_size: int, batch_size: int
     update. Under ``MirroredStrategy`` and ``MultiWorkerMirroredStrategy``, where Keras's own
     accumulation fails (module docstring), each micro-batch's gradients are all-reduced and the
     replicas accumulate the same sums; configure the optimizer made in the strategy's scope.
+    That replacement lives on the optimizer object: an optimizer loaded from a saved model, or
+    one given ``gradient_accumulation_steps`` directly, has Keras's code again, so pass it
+    through this function once more before training it under such a strategy.
 
     Args:
         optimizer: A ``keras.optimizers.Optimizer`` not yet built (before the first training
