@@ -189,7 +189,7 @@ def test_empty_class_folder_and_empty_source(image_folder, tmp_path):
         tfopt.convert(image_folder, tmp_path / "out", workers=1)
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(tfopt.SourceError, match="no class folders"):
+    with pytest.raises(tfopt.SourceError, match="neither .npy files nor class folders"):
         tfopt.convert(empty, tmp_path / "out2", workers=1)
     with pytest.raises(tfopt.SourceError, match="does not exist"):
         tfopt.convert(tmp_path / "missing", tmp_path / "out3", workers=1)

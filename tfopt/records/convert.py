@@ -3,7 +3,8 @@
 The work, in order:
 1. Check the output folder (never overwrite without ``overwrite``; ``resume`` picks up a journal).
 2. Scan the source: list items, infer the schema, report bad input that needs no decoding.
-3. Plan: shuffle with the seed, split off validation (stratified by class), cut into shards.
+3. Plan: shuffle with the seed, split off validation (stratified by class; a plain seeded
+   random split for float labels, regression targets, which have no classes), cut into shards.
 4. Write shards in parallel worker processes; each finished shard is journaled (fsynced), so a
    killed run can resume and keep every shard whose checksum still matches.
 5. Write the manifest last, atomically, and drop the journal.
@@ -106,12 +107,14 @@ class ConvertOptions:
     Attributes:
         source_format: ``"images"``, ``"numpy"`` or ``"csv"``. Defaults to detecting it from
             the source path.
-        label: The CSV column or NumPy array holding the label. Defaults to a column or array
+        label: The CSV column or NumPy array holding the label: integers (class indices),
+            text (class names) or floats (regression targets). Defaults to a column or array
             named label, labels, class, target or y, if there is one.
         shard_size: Target shard size in bytes. Defaults to 128 MiB.
         shards: Number of training shards, overriding ``shard_size``. Defaults to None.
         seed: Seed of the shuffle before sharding and of the validation split. Defaults to 0.
-        val_fraction: Fraction of records for a ``validation`` split, stratified by class.
+        val_fraction: Fraction of records for a ``validation`` split, stratified by class;
+            with float labels (no classes) a plain random split drawn with ``seed``.
             Defaults to 0 (no validation split).
         compression: ``"gzip"`` or ``"none"``. Defaults to "none": GZIP saves disk but costs
             CPU on every read, the scarcer resource in training.
@@ -369,7 +372,9 @@ def plan_shards(scanned: ScannedSource, options: ConvertOptions) -> list[ShardTa
     in_validation = np.zeros(count, dtype=bool)
     if options.val_fraction > 0:
         # Systematic sampling over items sorted by class (stable, so shuffled within a class):
-        # each class gives the same fraction, and the total is floor(count * fraction).
+        # each class gives the same fraction, and the total is floor(count * fraction). Without
+        # class labels (none, or float regression targets) it samples the shuffled order: a
+        # plain seeded random split.
         by_class = order if scanned.labels is None else sorted(order, key=lambda i: scanned.labels[i])
         fraction = options.val_fraction
         for position, index in enumerate(by_class):

@@ -19,6 +19,7 @@ import io
 import logging
 import math
 import os
+import re
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -53,6 +54,8 @@ logger = logging.getLogger("tfopt")
 # Label names recognised without --label, in order of preference.
 DEFAULT_LABEL_NAMES = ("label", "labels", "class", "target", "y")
 
+_INT64 = np.iinfo(np.int64)  # the one integer type of a TFRecord (tf.train.Int64List)
+
 
 class SourceKind(str, enum.Enum):
     IMAGES = "images"
@@ -80,7 +83,8 @@ class ScannedSource:
         kind: The source kind.
         path: The source path, absolute.
         items: One small picklable reference per item (see the module docstring).
-        labels: The class label of each item (for a stratified validation split), or None.
+        labels: The class label of each item (for a stratified validation split), or None
+            (no label, or float labels: regression targets, split at random).
         item_bytes: Estimated stored bytes per item, for sizing shards.
         features: The schema. Image encodings are finalised after writing (mixed formats).
         class_names: Label index -> class name, or None.
@@ -123,7 +127,8 @@ def detect_kind(src: Path) -> SourceKind:
         if suffix in (".csv", ".tsv"):
             return SourceKind.CSV
         raise SourceError(
-            src, f"unknown source file type {suffix!r}: expected .npz, .npy, .csv or a folder"
+            src, f"unknown source file type {suffix!r}: expected a .npz, .npy, .csv or .tsv "
+            "file, or a folder (of .npy files, or of class folders of images)"
         )
     entries = [entry for entry in os.scandir(src) if not entry.name.startswith(".")]
     if any(entry.is_file() and entry.name.lower().endswith(".npy") for entry in entries):
@@ -172,8 +177,8 @@ def open_reader(kind: SourceKind, config: dict) -> Callable[[object], dict]:
 def _scan_images(src: Path, *, label, skip_bad, max_size, quality, check) -> ScannedSource:
     if label is not None:
         raise InvalidArgumentError(
-            f"--label {label!r}: labels of an image folder come from its class folders; "
-            "--label applies to NumPy and CSV sources"
+            f"label {label!r}: the labels of an image folder come from its class folders; "
+            "a label name applies to NumPy and CSV sources only"
         )
     class_dirs = sorted(
         (entry for entry in os.scandir(src) if entry.is_dir() and not entry.name.startswith(".")),
@@ -185,7 +190,11 @@ def _scan_images(src: Path, *, label, skip_bad, max_size, quality, check) -> Sca
         logger.warning("%s: ignoring %d file(s) outside class folders, e.g. %s",
                        src, len(stray), stray[0])
     if not class_dirs:
-        raise SourceError(src, "no class folders: an image folder is laid out as SRC/<class>/<image>")
+        # detect_kind sends every folder without .npy files here: say what both kinds need
+        found = f"; it holds {len(stray)} other file(s), e.g. {stray[0]}" if stray else ""
+        raise SourceError(src, "neither .npy files nor class folders of images in it: a folder "
+                          "source holds .npy arrays (one per feature) or is an image folder "
+                          f"laid out as SRC/<class>/<image>{found}")
 
     items, labels, sizes, skipped = [], [], [], []
     stamp = hashlib.sha256()
@@ -378,9 +387,15 @@ def _npz_refs(path: Path) -> list[_ArrayRef]:
                 continue
             key = info.filename[: -len(".npy")]
             where = f"{path} [key {key!r}]"
-            with archive.open(info) as member:
-                shape, dtype, fortran = _read_npy_header(member, where)
-                header_length = member.tell()
+            try:
+                with archive.open(info) as member:
+                    shape, dtype, fortran = _read_npy_header(member, where)
+                    header_length = member.tell()
+            except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as error:
+                # zipfile reads a small member whole and checks its CRC-32 at once; a damaged
+                # compressed stream shows here too
+                raise SourceError(where, f"damaged, cannot be read ({error}); copy the file "
+                                  "again or save it anew") from None
             _require_data(where, shape, dtype, info.file_size - header_length)
             offset = None
             if info.compress_type == zipfile.ZIP_STORED:
@@ -437,17 +452,43 @@ def _array_feature(ref: _ArrayRef, where: str) -> FeatureSpec:
     if dtype.kind == "S":
         return FeatureSpec(ref.key, FeatureKind.BYTES, "bytes", example_shape, Encoding.BYTES)
     if dtype.kind in "biu":
-        # one byte per value as raw bytes beats a varint list 2-4x in size and parse time;
-        # uint64 does not fit int64, so it travels as raw bytes too
-        if (dtype.itemsize == 1 and size > 1) or dtype == np.uint64:
+        # one byte per value as raw bytes beats a varint list 2-4x in size and parse time
+        if dtype.itemsize == 1 and size > 1:
             return FeatureSpec(ref.key, FeatureKind.BYTES, dtype.name, example_shape, Encoding.RAW)
+        # uint64 too goes into the int64 list (tf.io.decode_raw has no uint64 to read raw bytes
+        # back); _check_uint64 refuses the values beyond int64 that the list would wrap
         return FeatureSpec(ref.key, FeatureKind.INT64, dtype.name, example_shape, Encoding.VALUES)
     if dtype.kind == "f":
         if dtype.itemsize <= 4:  # float16 and float32 are exact in a float list
             return FeatureSpec(ref.key, FeatureKind.FLOAT, dtype.name, example_shape, Encoding.VALUES)
-        # float64 would lose precision in a float (32-bit) list: keep its bytes
-        return FeatureSpec(ref.key, FeatureKind.BYTES, dtype.name, example_shape, Encoding.RAW)
+        if dtype.itemsize == 8:
+            # float64 would lose precision in a float (32-bit) list: keep its bytes
+            return FeatureSpec(ref.key, FeatureKind.BYTES, dtype.name, example_shape, Encoding.RAW)
+        raise SourceError(where, f"dtype {dtype.name} (long double) is wider than any float "
+                          "TensorFlow reads; save it as float64 (x.astype(np.float64)), which "
+                          "keeps 15-17 significant digits")
     raise SourceError(where, f"unsupported dtype {dtype} (numbers, bools and strings are)")
+
+
+_UINT64_CHUNK = 1 << 22  # values per pass: 32 MB of a memory-mapped array at a time
+
+
+def _check_uint64(ref: _ArrayRef, where: str) -> None:
+    """Refuse a uint64 array with a value beyond int64: the int64 list would wrap it
+    (2**64-1 would come back as -1). One pass over the memory-mapped data, rows in chunks."""
+    array = _load_array(ref)
+    per_row = max(1, math.prod(ref.shape[1:]))
+    rows = max(1, _UINT64_CHUNK // per_row)
+    limit = np.uint64(_INT64.max)
+    for start in range(0, ref.shape[0], rows):
+        beyond = (np.asarray(array[start:start + rows]) > limit).reshape(-1, per_row).any(axis=1)
+        if beyond.any():
+            row = start + int(np.argmax(beyond))
+            value = int(np.asarray(array[row]).max())
+            raise SourceError(where, f"uint64 value {value} (row {row}) is beyond int64 (at most "
+                              f"{_INT64.max}), the largest integer a TFRecord stores; save IDs "
+                              "or hashes as x.view(np.int64) (same bits, reversible), "
+                              "magnitudes as x.astype(np.float64)")
 
 
 def _scan_numpy(src: Path, *, label, skip_bad, max_size, quality, check) -> ScannedSource:
@@ -462,7 +503,7 @@ def _scan_numpy(src: Path, *, label, skip_bad, max_size, quality, check) -> Scan
         raise SourceError(src, "no arrays (.npy files or .npz members) in it")
     features = []
     for ref in refs:
-        where = f"{ref.file} [key {ref.key!r}]" if ref.member else ref.file
+        where = _where(ref)
         if not ref.shape:
             raise SourceError(where, "is a 0-d array: each array needs a first (example) dimension")
         features.append(_array_feature(ref, where))
@@ -476,23 +517,51 @@ def _scan_numpy(src: Path, *, label, skip_bad, max_size, quality, check) -> Scan
         raise SourceError(src, "arrays have no rows")
 
     label_key = _choose_label(label, [ref.key for ref in refs], src, "array")
+    for ref in refs:
+        dtype = np.dtype(ref.dtype)
+        if dtype.kind == "u" and dtype.itemsize == 8:
+            _check_uint64(ref, _where(ref))
+    items = list(range(count))
     labels = class_names = None
+    skipped: list[SkippedItem] = []
     reader_config = {"refs": [dataclasses.asdict(ref) for ref in refs], "label_key": label_key,
                      "label_map": None}
     if label_key is not None:
         label_ref = next(ref for ref in refs if ref.key == label_key)
+        where = _where(label_ref)
         label_values = _load_array(label_ref)
-        labels, class_names, label_spec = _labels_from_values(label_values, label_key, src)
+        labels, class_names, label_spec = _labels_from_values(
+            label_values, label_key, where, next(f for f in features if f.name == label_key))
         if class_names is not None:
             reader_config["label_map"] = class_names
         features = [label_spec if spec.name == label_key else spec for spec in features]
+        if label_values.dtype.kind == "f":
+            # a NaN or inf regression target would make the loss NaN from its first batch on
+            bad_rows = np.flatnonzero(~np.isfinite(label_values)).tolist()
+            for row in bad_rows:
+                reason = (f"label {label_key!r} is {label_values[row]} at row {row}; a "
+                          "regression target must be a finite number")
+                if not skip_bad:
+                    raise SourceError(where, f"{reason}; drop such rows, or convert with "
+                                      "on_error 'skip' to leave them out")
+                skipped.append(SkippedItem(f"{where} row {row}", reason))
+            if bad_rows:
+                dropped = set(bad_rows)
+                items = [row for row in items if row not in dropped]
+                if not items:
+                    raise SourceError(where, "every label is NaN or inf; nothing to convert")
     row_bytes = sum(np.dtype(ref.dtype).itemsize * math.prod(ref.shape[1:]) for ref in refs)
     return ScannedSource(
-        kind=SourceKind.NUMPY, path=str(src), items=list(range(count)), labels=labels,
-        item_bytes=[row_bytes + 16 * len(refs)] * count, features=features,
-        class_names=class_names, image_key=None, label_key=label_key, skipped=[],
+        kind=SourceKind.NUMPY, path=str(src), items=items, labels=labels,
+        item_bytes=[row_bytes + 16 * len(refs)] * len(items), features=features,
+        class_names=class_names, image_key=None, label_key=label_key, skipped=skipped,
         reader_config=reader_config,
     )
+
+
+def _where(ref: _ArrayRef) -> str:
+    """How messages name an array: its file, and its key inside a .npz."""
+    return f"{ref.file} [key {ref.key!r}]" if ref.member else ref.file
 
 
 def _load_array(ref: _ArrayRef) -> np.ndarray:
@@ -514,29 +583,45 @@ def _load_array(ref: _ArrayRef) -> np.ndarray:
                           f"cannot be read, corrupt archive ({error})") from None
 
 
-def _labels_from_values(values: np.ndarray, key: str, where: Path):
-    """Class labels from a label array or column: integers as they are, strings as classes."""
+def _labels_from_values(values, key: str, where, value_spec: FeatureSpec):
+    """The labels of a label array or column: ``(class labels, class names, stored spec)``.
+
+    Integers are class indices as they are; strings become class indices into their sorted
+    names; floats are regression targets, stored as ``value_spec`` says, with no class labels
+    (so the validation split is a plain seeded random one, not stratified).
+    """
     if values.ndim != 1:
         raise SourceError(where, f"label {key!r} must hold one value per example, "
                           f"got shape {values.shape}")
+    class_spec = FeatureSpec(key, FeatureKind.INT64, "int64", [], Encoding.VALUES)
     if values.dtype.kind in "US":
-        names = sorted({str(v) if values.dtype.kind == "U" else v.decode() for v in values})
+        if values.dtype.kind == "S":
+            texts = []
+            for row, value in enumerate(values.tolist()):
+                try:
+                    texts.append(value.decode("utf-8"))
+                except UnicodeDecodeError:
+                    raise SourceError(where, f"label {key!r} holds {value!r} at row {row}, bytes "
+                                      "that are not UTF-8 text; class names must be text: save "
+                                      "the labels as str or as integer class indices") from None
+        else:
+            texts = values.tolist()
+        names = sorted(set(texts))
         index = {name: i for i, name in enumerate(names)}
-        as_text = values.astype(str) if values.dtype.kind == "U" else [v.decode() for v in values]
-        labels = [index[str(v)] for v in as_text]
-        spec = FeatureSpec(key, FeatureKind.INT64, "int64", [], Encoding.VALUES)
-        return labels, names, spec
+        return [index[text] for text in texts], names, class_spec
     if values.dtype.kind in "biu":
-        spec = FeatureSpec(key, FeatureKind.INT64, "int64", [], Encoding.VALUES)
-        return [int(v) for v in values], None, spec
-    raise SourceError(where, f"label {key!r} must hold integers or class names, got {values.dtype}")
+        return [int(v) for v in values.tolist()], None, class_spec
+    if values.dtype.kind == "f":
+        return None, None, value_spec.replace(name=key)
+    raise SourceError(where, f"label {key!r} must hold integers, class names or (for "
+                      f"regression) floats, got {values.dtype}")
 
 
 def _choose_label(label: str | None, names: list[str], src: Path, what: str) -> str | None:
     if label is not None:
         if label not in names:
             raise InvalidArgumentError(
-                f"--label {label!r}: no such {what} in {src}; it has: {', '.join(names)}"
+                f"label {label!r}: no such {what} in {src}; it has: {', '.join(names)}"
             )
         return label
     return next((name for name in DEFAULT_LABEL_NAMES if name in names), None)
@@ -600,20 +685,169 @@ def _csv_rows(path: Path, start: int = 0) -> Iterator[tuple[int, int, list[str]]
             yield first_line, row_start, fields
 
 
-def _parses_as(convert, text: str) -> bool:
-    """Whether ``convert(text)`` (int or float) accepts the text."""
-    try:
-        convert(text)
-    except ValueError:
+# A number in a CSV cell is plain ASCII decimal notation: optional sign, digits, decimal point,
+# exponent, or a spelling of nan/inf (any case), with spaces or tabs around it. int() and float()
+# alone would also take Python's '1_000' and digits of other scripts ('١٢٣' is 123).
+_INT_TEXT = re.compile(r"[ \t]*[+-]?[0-9]+[ \t]*")
+_DECIMAL_TEXT = re.compile(r"[ \t]*[+-]?(?:(?P<whole>[0-9]+)(?P<point>\.(?P<fraction>[0-9]*))?"
+                           r"|\.(?P<only_fraction>[0-9]+))(?P<exponent>[eE][+-]?[0-9]+)?[ \t]*")
+_SHORT_DECIMAL_TEXT = re.compile(r"[ \t]*[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+)[ \t]*")  # no exponent
+_NAN_INF_TEXT = re.compile(r"[ \t]*[+-]?(?:nan|inf|infinity)[ \t]*", re.IGNORECASE)
+
+_FLOAT32 = np.finfo(np.float32)
+_FLOAT32_MAX = float(_FLOAT32.max)
+_FLOAT32_TINY = float(_FLOAT32.smallest_normal)  # below it float32 loses digits (subnormal)
+_FLOAT32_DIGITS = 6  # FLT_DIG: every decimal of 6 significant digits survives float32 and back
+_FLOAT32_EXACT_INT = 1 << 24  # every integer up to 2**24 is a float32
+
+
+def _float32_keeps(value: float, significant: int) -> bool:
+    """Whether storing a cell's number as float32 keeps it: the float32's shortest repr reads
+    back as the same float64 as the cell's text, and the float32 is finite and normal.
+
+    So '0.1' is kept (float32 prints it as 0.1), '0.75795440294030247', '123456789' (float32
+    has 123456792) and '1e39' (inf in float32) are not.
+
+    Args:
+        value: The float64 value of the cell's text (finite: nan and inf are kept anyway).
+        significant: The text's count of significant digits; 6 or fewer need no repr.
+    """
+    magnitude = abs(value)
+    if magnitude == 0:
+        return True
+    if not _FLOAT32_TINY <= magnitude <= _FLOAT32_MAX:
         return False
-    return True
+    if significant <= _FLOAT32_DIGITS:
+        return True
+    return float(str(np.float32(value))) == value
 
 
-_INT64 = np.iinfo(np.int64)
+def _float64_holds(integer: int) -> bool:
+    """Whether float64 holds an integer exactly (all up to 2**53 in magnitude, some beyond)."""
+    try:
+        return float(integer) == integer
+    except OverflowError:  # beyond float64's range
+        return False
 
 
-def _fits_int64(text: str) -> bool:
-    return _INT64.min <= int(text) <= _INT64.max
+class _Column:
+    """What the cells of one CSV column allow it to be stored as, updated chunk by chunk.
+
+    A column is int64 when every cell is an integer (and none is empty: int64 has no NaN),
+    a float column when every cell is a number or empty (empty cells become NaN): float32 when
+    float32 keeps every number (see :func:`_float32_keeps`), float64 otherwise; text otherwise.
+    A float column whose number float64 itself would change (an integer beyond 2**53 that it
+    cannot hold, a value beyond its range, a non-zero value below it) is refused, never rounded.
+    """
+
+    __slots__ = ("name", "is_int", "is_float", "float32_keeps", "has_empty", "numbers",
+                 "too_large", "changed", "first_text")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.is_int = True  # every non-empty cell so far an integer
+        self.is_float = True  # every non-empty cell so far a number (integers included)
+        self.float32_keeps = True  # float32 keeps every number so far
+        self.has_empty = False
+        self.numbers = 0  # numbers before the first cell that is none (for a warning)
+        self.too_large: tuple[int, str] | None = None  # first integer beyond int64 (line, text)
+        self.changed: tuple[int, str, str] | None = None  # first number float64 changes, why
+        self.first_text: tuple[int, str] | None = None  # first cell that is not a number
+
+    def see(self, lines: list[int], texts: tuple[str, ...]) -> None:
+        """Take in a chunk of the column's cells, ``texts``, read from lines ``lines``.
+
+        A chunk at a time, with the usual cells settled by one regex and a length (the scan
+        of a 300,000-row, 10-column CSV takes about 2 s either way).
+        """
+        if not self.is_float:
+            return  # text already: nothing more to learn
+        if "" in texts:
+            self.has_empty = True
+        is_int = self.is_int
+        int_text, short_decimal = _INT_TEXT.fullmatch, _SHORT_DECIMAL_TEXT.fullmatch
+        for position, (line, text) in enumerate(zip(lines, texts, strict=True)):
+            if not text:
+                continue
+            if is_int:
+                if int_text(text):
+                    if len(text) > 7:  # up to 7 characters, within +-2**24: exact everywhere
+                        self._see_integer(line, text, int(text))
+                    continue
+                is_int = self.is_int = False
+            if len(text) <= 7 and short_decimal(text):
+                continue  # at most 6 digits, from 1e-6 to 1e6: exact enough everywhere
+            match = _DECIMAL_TEXT.fullmatch(text)
+            if match is not None:
+                self._see_decimal(line, text, match)
+            elif not _NAN_INF_TEXT.fullmatch(text):  # nan and inf are the same in every float
+                self.is_float = False
+                self.first_text = (line, text)
+                self.numbers += position - texts[:position].count("")
+                return
+        self.numbers += len(texts) - texts.count("")
+
+    def _see_decimal(self, line: int, text: str, match: re.Match) -> None:
+        if match["point"] is None and match["only_fraction"] is None and match["exponent"] is None:
+            self._see_integer(line, text, int(text))  # an integer in a column of decimals
+            return
+        value = float(text)
+        whole, fraction = match["whole"] or "", match["fraction"] or match["only_fraction"] or ""
+        significant = len((whole + fraction).strip("0"))
+        if self.changed is None:
+            if math.isinf(value):
+                self.changed = (line, text, "is beyond float64's range (about 1.8e308); write "
+                                "inf if that is meant")
+            elif value == 0 and significant:
+                self.changed = (line, text, "is too small for float64 and would become 0; "
+                                "write 0 if that is meant")
+        if self.float32_keeps and not _float32_keeps(value, significant):
+            self.float32_keeps = False
+
+    def _see_integer(self, line: int, text: str, value: int) -> None:
+        """An integer that may be beyond 2**24: float32 may not keep it, nor float64 one
+        beyond 2**53, nor int64 one beyond 2**63."""
+        if self.too_large is None and not _INT64.min <= value <= _INT64.max:
+            self.too_large = (line, text)
+        exact = _float64_holds(value)
+        if self.changed is None and not exact:
+            self.changed = (line, text, "float64, the type of a float column, cannot hold "
+                            "exactly (it holds every integer up to 2**53)")
+        if self.float32_keeps and not (exact and _float32_keeps(float(value), 99)):
+            self.float32_keeps = False
+
+    def feature(self, src: Path, label: bool) -> tuple[str, FeatureSpec]:
+        """The column's reader kind and stored feature; refuses a column that would change."""
+        name = self.name
+        if self.is_int and not self.has_empty:
+            if self.too_large is not None:
+                line_number, text = self.too_large
+                raise SourceError(src, f"line {line_number}: column {name!r} holds {text[:40]}, "
+                                  f"outside int64 ({_INT64.min} to {_INT64.max}), the integer "
+                                  "type a TFRecord stores")
+            return "int", FeatureSpec(name, FeatureKind.INT64, "int64", [], Encoding.VALUES)
+        if self.is_float:
+            if self.changed is not None:
+                line_number, text, why = self.changed
+                message = f"line {line_number}: column {name!r} holds {text[:40]}, which {why}"
+                if self.is_int:
+                    message += ("; the column's empty cells make it a float column (int64 has "
+                                "no NaN): fill them to keep it int64")
+                raise SourceError(src, message)
+            if self.float32_keeps:
+                return "float32", FeatureSpec(name, FeatureKind.FLOAT, "float32", [],
+                                              Encoding.VALUES)
+            # float64 as raw bytes, as NumPy float64 arrays are: exact, read by tf.io.decode_raw
+            return "float64", FeatureSpec(name, FeatureKind.BYTES, "float64", [], Encoding.RAW)
+        if self.numbers and not label:
+            line_number, text = self.first_text
+            logger.warning("%s: column %r is read as text: line %d holds %r after %d number(s); "
+                           "if the column holds numbers, fix that cell (an empty cell becomes "
+                           "NaN)", src, name, line_number, text[:40], self.numbers)
+        return "text", FeatureSpec(name, FeatureKind.BYTES, "string", [], Encoding.TEXT)
+
+
+_CSV_CHUNK = 4096  # rows whose cells are typed together, column by column
 
 
 def _scan_csv(src: Path, *, label, skip_bad, max_size, quality, check) -> ScannedSource:
@@ -629,19 +863,27 @@ def _scan_csv(src: Path, *, label, skip_bad, max_size, quality, check) -> Scanne
     if duplicates:
         raise SourceError(src, f"line 1: duplicate column names {duplicates}")
     label_key = _choose_label(label, header, src, "column")
+    label_column = header.index(label_key) if label_key is not None else None
     width = len(header)
-    # per column: could every value so far be an int / a float? any empty cells?
-    is_int = [True] * width
-    is_float = [True] * width
-    has_empty = [False] * width
-    # the first integer per column beyond int64 (line, text): an int64 feature cannot hold it
-    too_large: list[tuple[int, str] | None] = [None] * width
-    # per column: numbers before its first cell that is not one (line, text); one stray cell
-    # ("n/a", "1,5") turns a column of numbers into text, which is worth a warning
-    numbers = [0] * width
-    first_text: list[tuple[int, str] | None] = [None] * width
-    label_values = []
+    columns = [_Column(name) for name in header]
+    label_values: list[str] = []
     items, sizes, skipped = [], [], []
+
+    def bad(line_number: int, reason: str) -> None:
+        if not skip_bad:
+            raise SourceError(src, f"line {line_number}: {reason}")
+        skipped.append(SkippedItem(f"{src}:{line_number}", reason))
+
+    chunk_lines: list[int] = []
+    chunk_rows: list[list[str]] = []
+
+    def take_chunk() -> None:
+        # a chunk of rows, transposed: one tuple of cells per column (none when empty)
+        for column, texts in zip(columns, zip(*chunk_rows, strict=True), strict=False):
+            column.see(chunk_lines, texts)
+        chunk_lines.clear()
+        chunk_rows.clear()
+
     for line_number, offset, fields in rows:
         if not fields:
             continue  # blank line
@@ -651,64 +893,51 @@ def _scan_csv(src: Path, *, label, skip_bad, max_size, quality, check) -> Scanne
                 raise SourceError(src, reason)
             skipped.append(SkippedItem(f"{src}:{line_number}", reason))
             continue
-        for column, text in enumerate(fields):
-            if text == "":
-                has_empty[column] = True
-                continue
-            if is_int[column] and not _parses_as(int, text):
-                is_int[column] = False
-            elif is_int[column] and too_large[column] is None and not _fits_int64(text):
-                too_large[column] = (line_number, text)
-            if is_float[column] and not is_int[column] and not _parses_as(float, text):
-                is_float[column] = False
-                first_text[column] = (line_number, text)
-            if is_float[column]:
-                numbers[column] += 1
-        if label_key is not None:
-            label_values.append(fields[header.index(label_key)])
+        if label_column is not None and not fields[label_column]:
+            bad(line_number, f"empty label: column {label_key!r} needs a value in every row")
+            continue
+        chunk_lines.append(line_number)
+        chunk_rows.append(fields)
+        if len(chunk_rows) == _CSV_CHUNK:
+            take_chunk()
+        if label_column is not None:
+            label_values.append(fields[label_column])
         items.append((line_number, offset))
-        sizes.append(sum(len(text) for text in fields) + 4 * width)
+        sizes.append(sum(map(len, fields)) + 4 * width)
+    take_chunk()
     if not items:
         raise SourceError(src, "no data rows after the header")
 
-    kinds = []
-    features = []
-    for column, name in enumerate(header):
-        if is_int[column] and not has_empty[column]:
-            if too_large[column] is not None:
-                line_number, text = too_large[column]
-                raise SourceError(src, f"line {line_number}: column {name!r} holds {text[:40]}, "
-                                  f"outside int64 ({_INT64.min} to {_INT64.max}), the integer "
-                                  "type a TFRecord stores")
-            kinds.append("int")
-            features.append(FeatureSpec(name, FeatureKind.INT64, "int64", [], Encoding.VALUES))
-        elif is_float[column] or is_int[column]:
-            kinds.append("float")  # empty cells become NaN
-            features.append(FeatureSpec(name, FeatureKind.FLOAT, "float32", [], Encoding.VALUES))
-        else:
-            if numbers[column]:
-                line_number, text = first_text[column]
-                logger.warning("%s: column %r is read as text: line %d holds %r after %d "
-                               "number(s); if the column holds numbers, fix that cell (an empty "
-                               "cell becomes NaN)", src, name, line_number, text[:40],
-                               numbers[column])
-            kinds.append("text")
-            features.append(FeatureSpec(name, FeatureKind.BYTES, "string", [], Encoding.TEXT))
+    kinds, features = [], []
+    for column in columns:
+        kind, spec = column.feature(src, label=column.name == label_key)
+        kinds.append(kind)
+        features.append(spec)
 
     labels = class_names = None
     if label_key is not None:
-        column = header.index(label_key)
-        if kinds[column] == "text":
-            values = np.asarray(label_values, dtype=str)
-        elif kinds[column] == "int":
-            values = np.asarray([int(v) for v in label_values], dtype=np.int64)
+        kind = kinds[label_column]
+        if kind in ("float32", "float64"):
+            # a regression target: a NaN or inf one would make the loss NaN
+            keep = []
+            for index, text in enumerate(label_values):
+                if math.isfinite(float(text)):
+                    keep.append(index)
+                else:
+                    bad(items[index][0], f"label {label_key!r} is {text.strip()}; a regression "
+                        "target must be a finite number")
+            if len(keep) < len(items):
+                items = [items[index] for index in keep]
+                sizes = [sizes[index] for index in keep]
+                if not items:
+                    raise SourceError(src, f"every label in column {label_key!r} is nan or inf")
         else:
-            raise SourceError(src, f"label column {label_key!r} must hold integers or class "
-                              "names, not decimals or empty cells")
-        labels, class_names, label_spec = _labels_from_values(values, label_key, src)
-        features[column] = label_spec
-        if class_names is not None:
-            kinds[column] = "class"
+            values = (np.asarray([int(v) for v in label_values], dtype=np.int64)
+                      if kind == "int" else np.asarray(label_values, dtype=str))
+            labels, class_names, features[label_column] = _labels_from_values(
+                values, label_key, src, features[label_column])
+            if class_names is not None:
+                kinds[label_column] = "class"
     return ScannedSource(
         kind=SourceKind.CSV, path=str(src), items=items, labels=labels, item_bytes=sizes,
         features=features, class_names=class_names, image_key=None, label_key=label_key,
@@ -727,7 +956,7 @@ def _csv_reader(config: dict):
     def convert_field(kind: str, text: str):
         if kind == "int":
             return int(text)
-        if kind == "float":
+        if kind in ("float32", "float64"):  # the writer stores the dtype; both parse as float64
             return float(text) if text != "" else math.nan
         if kind == "class":
             return class_index[text]

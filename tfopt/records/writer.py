@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +68,10 @@ def _feature_setter(spec: FeatureSpec):
     """A function that stores one value of ``spec`` into a ``tf.train.Feature``."""
     if spec.encoding is Encoding.RAW:
         little_endian = np.dtype(spec.dtype).newbyteorder("<")
+        if spec.shape == [] and little_endian == np.dtype("<f8"):
+            # a float64 scalar (a CSV float64 column): struct packs it ~10x faster than NumPy
+            pack = struct.Struct("<d").pack
+            return lambda feature, value: feature.bytes_list.value.append(pack(value))
 
         def set_raw(feature, value):
             array = np.ascontiguousarray(value, dtype=little_endian)
