@@ -150,3 +150,20 @@ def test_a_manifest_file_as_source_reads_one_split_with_its_counts(image_folder,
         folder = PipelineBuilder(out, batch_size=2, image_size=24, training=training)
         assert builder.source.files == folder.source.files  # not every shard of both splits
         assert builder.steps_per_epoch == folder.steps_per_epoch is not None
+
+
+def test_the_one_call_form_trains_for_whole_epochs_without_steps_per_epoch(
+        indexed_png_dataset):
+    import keras
+
+    train = tfopt.build_pipeline(indexed_png_dataset, 8, training=True, image_size=16, seed=0)
+    assert int(train.cardinality()) != -1  # not INFINITE: fit ends each epoch by itself
+    model = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Rescaling(1 / 255),
+                              keras.layers.Flatten(), keras.layers.Dense(4)])
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(train, epochs=2, verbose=0)
+    assert len(history.history["loss"]) == 2
+    # the builder still repeats for training, with its steps_per_epoch
+    assert PipelineBuilder(indexed_png_dataset, 8, training=True, image_size=16).config.repeat
+    with pytest.raises(tfopt.InvalidArgumentError, match="unknown pipeline option.*shuffle"):
+        tfopt.build_pipeline(indexed_png_dataset, 8, image_size=16, shuffle=True)

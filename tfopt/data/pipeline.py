@@ -805,6 +805,11 @@ def build_pipeline(source, batch_size: int, *, training: bool = False, image_siz
     at INFO level (``logging.getLogger("tfopt")``). Use the builder itself to read them
     (``builder.choices.describe()``) or to get ``steps_per_epoch`` for a repeating dataset.
 
+    Unlike the builder, this one-call form does not repeat a training dataset unless asked
+    (``repeat=True``): it returns no ``steps_per_epoch`` to pass to ``fit``, and Keras would
+    never end the first epoch of an endless dataset. Each epoch is then a fresh pass, with the
+    shard and record order reshuffled.
+
     Args:
         source: A tfopt dataset folder, a list of TFRecord files, or a glob.
         batch_size: Examples per batch.
@@ -815,11 +820,12 @@ def build_pipeline(source, batch_size: int, *, training: bool = False, image_siz
         **config: Other :class:`PipelineConfig` fields.
 
     Example:
-        >>> train = build_pipeline("shards/", 64, training=True, image_size=224, repeat=False)
+        >>> train = build_pipeline("shards/", 64, training=True, image_size=224)
         >>> model.fit(train, epochs=3)
     """
-    builder = PipelineBuilder(source, PipelineConfig(
-        batch_size=batch_size, training=training, image_size=image_size, image_key=image_key,
-        label_key=label_key, **config))
+    config.setdefault("repeat", False)
+    builder = PipelineBuilder(source, batch_size=batch_size, training=training,
+                              image_size=image_size, image_key=image_key, label_key=label_key,
+                              **config)
     logger.info("pipeline for %s:\n%s", source, builder.choices.describe())
     return builder.build()
