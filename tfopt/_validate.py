@@ -6,6 +6,7 @@ Errors name the argument, show the value received and say what is allowed (DESIG
 from __future__ import annotations
 
 import enum
+import operator
 
 from tfopt.errors import InvalidArgumentError
 
@@ -27,3 +28,17 @@ def require(condition: bool, name: str, value, expected: str) -> None:
     """Raise ``InvalidArgumentError("name=value: expected ...")`` unless ``condition``."""
     if not condition:
         raise InvalidArgumentError(f"{name}={value!r}: expected {expected}")
+
+
+def whole_number(value, name: str, minimum: int, expected: str | None = None) -> int:
+    """``value`` as an int when it is an integer >= ``minimum`` (NumPy integers too, through
+    ``operator.index``; never a bool, float or string), else ``InvalidArgumentError``."""
+    try:
+        # True is an int to Python, never a size or a count
+        number = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        number = None
+    if number is None or number < minimum:
+        raise InvalidArgumentError(
+            f"{name}={value!r}: expected {expected or f'an int >= {minimum}'}")
+    return number

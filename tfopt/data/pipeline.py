@@ -21,12 +21,12 @@ import enum
 import hashlib
 import json
 import logging
-import operator
 import os
 
 import tensorflow as tf
 
 from tfopt._system import usable_cores
+from tfopt._validate import whole_number
 from tfopt.data import service as _service
 from tfopt.data.decode import (
     DEVICE_CROP_SCALE,
@@ -139,14 +139,14 @@ class PipelineConfig:
         def set_field(name, value):
             object.__setattr__(self, name, value)
 
-        set_field("batch_size", _whole(self.batch_size, "batch_size", minimum=1))
+        set_field("batch_size", whole_number(self.batch_size, "batch_size", minimum=1))
         if self.image_size is not None:
             sides = (self.image_size if isinstance(self.image_size, (tuple, list))
                      else (self.image_size, self.image_size))
             if len(sides) != 2:
                 raise InvalidArgumentError(f"image_size={self.image_size!r}: expected an int or "
                                            "(height, width) of positive ints")
-            set_field("image_size", tuple(_whole(side, "image_size", minimum=1)
+            set_field("image_size", tuple(whole_number(side, "image_size", minimum=1)
                                           for side in sides))
         for name in ("training", "skip_corrupt", "pad_ragged"):
             if not isinstance(getattr(self, name), bool):
@@ -156,11 +156,11 @@ class PipelineConfig:
                 raise InvalidArgumentError(f"{name}={getattr(self, name)!r}: expected True, "
                                            "False or None")
         _check_cache(self.cache)
-        set_field("shuffle_bytes", _whole(self.shuffle_bytes, "shuffle_bytes", minimum=1))
+        set_field("shuffle_bytes", whole_number(self.shuffle_bytes, "shuffle_bytes", minimum=1))
         if self.ram_budget is not None:
-            set_field("ram_budget", _whole(self.ram_budget, "ram_budget", minimum=1))
+            set_field("ram_budget", whole_number(self.ram_budget, "ram_budget", minimum=1))
         if self.seed is not None:
-            set_field("seed", _whole(self.seed, "seed", minimum=0))
+            set_field("seed", whole_number(self.seed, "seed", minimum=0))
         if self.random_crop not in (None, True, False, "device"):
             raise InvalidArgumentError(f"random_crop={self.random_crop!r}: expected True, False "
                                        "or 'device'")
@@ -180,18 +180,6 @@ class PipelineConfig:
 
     def replace(self, **changes) -> PipelineConfig:
         return dataclasses.replace(self, **changes)
-
-
-def _whole(value, name: str, minimum: int) -> int:
-    """An int argument (NumPy integers too; not bools, floats or strings) of at least minimum."""
-    try:
-        # True is an int to Python, never a size
-        number = None if isinstance(value, bool) else operator.index(value)
-    except TypeError:
-        number = None
-    if number is None or number < minimum:
-        raise InvalidArgumentError(f"{name}={value!r}: expected an int >= {minimum}")
-    return number
 
 
 # Words that mean a cache setting, not a file: cache="off" would otherwise write off.index

@@ -51,7 +51,6 @@ import importlib
 import json
 import logging
 import math
-import operator
 import os
 import statistics
 import subprocess
@@ -62,6 +61,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from tfopt._text import human_bytes, table
+from tfopt._validate import whole_number
 from tfopt.errors import InvalidArgumentError, TfoptError
 
 __all__ = [
@@ -279,19 +279,8 @@ class SweepResult:
 # -- the search ------------------------------------------------------------------------------
 
 
-def _check_int(name: str, value, minimum: int, expected: str) -> int:
-    """``value`` as an int when it is an integer >= minimum (numpy integers too), else an error."""
-    try:
-        number = None if isinstance(value, bool) else operator.index(value)
-    except TypeError:
-        number = None
-    if number is None or number < minimum:
-        raise InvalidArgumentError(f"{name}={value!r}: expected {expected}")
-    return number
-
-
 def _check_positive_int(name: str, value) -> int:
-    return _check_int(name, value, 1, "a positive integer")
+    return whole_number(value, name, 1, "a positive integer")
 
 
 def _check_compiled(model, function: str) -> None:
@@ -1017,7 +1006,7 @@ def throughput_sweep(
     if not sizes:
         raise InvalidArgumentError("batch_sizes is empty: give at least one, e.g. [32, 64, 128]")
     steps = _check_positive_int("steps", steps)
-    warmup = _check_int("warmup", warmup, 0, "an integer >= 0")
+    warmup = whole_number(warmup, "warmup", 0, "an integer >= 0")
     pick_batch_size({1: 1.0}, tolerance)  # validate before the slow part
     state = _ModelState(model) if restore else None
     points = []
