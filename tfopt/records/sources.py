@@ -698,7 +698,6 @@ _FLOAT32 = np.finfo(np.float32)
 _FLOAT32_MAX = float(_FLOAT32.max)
 _FLOAT32_TINY = float(_FLOAT32.smallest_normal)  # below it float32 loses digits (subnormal)
 _FLOAT32_DIGITS = 6  # FLT_DIG: every decimal of 6 significant digits survives float32 and back
-_FLOAT32_EXACT_INT = 1 << 24  # every integer up to 2**24 is a float32
 
 
 def _float32_keeps(value: float, significant: int) -> bool:
@@ -839,11 +838,12 @@ class _Column:
                                               Encoding.VALUES)
             # float64 as raw bytes, as NumPy float64 arrays are: exact, read by tf.io.decode_raw
             return "float64", FeatureSpec(name, FeatureKind.BYTES, "float64", [], Encoding.RAW)
-        if self.numbers and not label:
+        if self.numbers:
             line_number, text = self.first_text
+            hint = ("if the labels are numbers, fix that cell" if label else
+                    "if the column holds numbers, fix that cell (an empty cell becomes NaN)")
             logger.warning("%s: column %r is read as text: line %d holds %r after %d number(s); "
-                           "if the column holds numbers, fix that cell (an empty cell becomes "
-                           "NaN)", src, name, line_number, text[:40], self.numbers)
+                           "%s", src, name, line_number, text[:40], self.numbers, hint)
         return "text", FeatureSpec(name, FeatureKind.BYTES, "string", [], Encoding.TEXT)
 
 
