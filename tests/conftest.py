@@ -135,3 +135,24 @@ def indexed_png_dataset(tmp_path):
     out = tmp_path / "shards"
     tfopt.convert(folder_of(tmp_path, images), out, workers=1, shards=3)
     return out
+
+
+def feature_of(tf, value):
+    if isinstance(value, list) and value and isinstance(value[0], float):
+        return tf.train.Feature(float_list=tf.train.FloatList(value=value))
+    if isinstance(value, list):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=value))
+    return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
+
+def example_of(tf, **features):
+    return tf.train.Example(features=tf.train.Features(
+        feature={name: feature_of(tf, value) for name, value in features.items()}))
+
+
+def write_examples(path, rows, tf, compression=""):
+    """One TFRecord file of ``tf.train.Example`` records, one per dict of features."""
+    with tf.io.TFRecordWriter(str(path), tf.io.TFRecordOptions(compression_type=compression)) as w:
+        for row in rows:
+            w.write(example_of(tf, **row).SerializeToString())
+    return path

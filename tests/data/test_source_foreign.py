@@ -7,24 +7,11 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import feature_of, write_examples
 
 import tfopt
 from tfopt.data.pipeline import PipelineBuilder
 from tfopt.data.source import resolve_source
-
-
-def _feature(tf, value):
-    if isinstance(value, list) and value and isinstance(value[0], float):
-        return tf.train.Feature(float_list=tf.train.FloatList(value=value))
-    return tf.train.Feature(int64_list=tf.train.Int64List(value=value))
-
-
-def write(path, rows, tf):
-    with tf.io.TFRecordWriter(str(path)) as writer:
-        for row in rows:
-            writer.write(tf.train.Example(features=tf.train.Features(
-                feature={k: _feature(tf, v) for k, v in row.items()})).SerializeToString())
-    return path
 
 
 def read_all(source, **options):
@@ -34,9 +21,9 @@ def read_all(source, **options):
 
 
 def test_a_feature_only_in_the_second_file_is_read(tmp_path, tf):
-    first = write(tmp_path / "part-0.tfrecord",
+    first = write_examples(tmp_path / "part-0.tfrecord",
                   [{"label": [i % 2], "x": [float(i)]} for i in range(100)], tf)
-    second = write(tmp_path / "part-1.tfrecord",
+    second = write_examples(tmp_path / "part-1.tfrecord",
                    [{"label": [i % 2], "x": [1.0], "extra": [2.0]} for i in range(100)], tf)
     builder, batches = read_all([str(first), str(second)])
     assert "extra" in {f.name for f in builder.source.features}  # was dropped: first file only
@@ -47,7 +34,7 @@ def test_a_feature_only_in_the_second_file_is_read(tmp_path, tf):
 def test_a_feature_that_goes_missing_past_record_64_is_ragged_not_an_error(tmp_path, tf):
     rows = [{"label": [i % 2], "w": [float(i)] * (1 if i < 90 else 2),
              **({"v": [float(i)]} if i < 80 else {})} for i in range(100)]
-    path = write(tmp_path / "late.tfrecord", rows, tf)
+    path = write_examples(tmp_path / "late.tfrecord", rows, tf)
     _, batches = read_all(str(path))  # was InvalidArgumentError mid-epoch
     assert sum(len(labels) for _, labels in batches) == 100
     v = [value for features, _ in batches for value in features["v"].to_list()]
@@ -56,7 +43,7 @@ def test_a_feature_that_goes_missing_past_record_64_is_ragged_not_an_error(tmp_p
 
 
 def test_the_sample_is_the_first_records_of_every_file_within_a_budget(tmp_path, tf):
-    files = [write(tmp_path / f"p-{k:02d}.tfrecord",
+    files = [write_examples(tmp_path / f"p-{k:02d}.tfrecord",
                    [{"label": [1], "x": [1.0]}] * 50, tf) for k in range(12)]
     from tfopt.data import source as source_module
 
@@ -70,7 +57,7 @@ def test_the_sample_is_the_first_records_of_every_file_within_a_budget(tmp_path,
 
 
 def test_a_feature_with_two_types_is_left_out_with_a_warning(tmp_path, tf, caplog):
-    path = write(tmp_path / "conflict.tfrecord",
+    path = write_examples(tmp_path / "conflict.tfrecord",
                  [{"label": [i % 2], "x": [1.0], "v": [1.0] if i < 10 else [1]}
                   for i in range(20)], tf)
     with caplog.at_level(logging.WARNING, logger="tfopt"):
@@ -88,9 +75,9 @@ def test_a_sequence_example_file_is_refused_naming_it(tmp_path, tf):
     with tf.io.TFRecordWriter(str(path)) as writer:
         for i in range(3):
             writer.write(tf.train.SequenceExample(
-                context=tf.train.Features(feature={"label": _feature(tf, [i])}),
+                context=tf.train.Features(feature={"label": feature_of(tf, [i])}),
                 feature_lists=tf.train.FeatureLists(feature_list={"frames": tf.train.FeatureList(
-                    feature=[_feature(tf, [1.0])] * (i + 1))}),
+                    feature=[feature_of(tf, [1.0])] * (i + 1))}),
             ).SerializeToString())
     with pytest.raises(tfopt.DatasetError, match=r"seq.tfrecord: record 0 is not a "
                                                   r"tf.train.Example.*SequenceExample"):
@@ -135,7 +122,7 @@ def test_a_folder_without_manifest_is_refused_with_the_glob_to_use(tmp_path, tf)
     folder = tmp_path / "fdir"
     folder.mkdir()
     for k in range(2):
-        write(folder / f"plain-{k}.tfrecord", [{"label": [i % 2]} for i in range(5)], tf)
+        write_examples(folder / f"plain-{k}.tfrecord", [{"label": [i % 2]} for i in range(5)], tf)
     (folder / "README.txt").write_text("hello\n")
     with pytest.raises(tfopt.DatasetError) as caught:
         PipelineBuilder(str(folder), batch_size=4)

@@ -7,30 +7,10 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from conftest import feature_of, write_examples
 
 import tfopt
 from tfopt.records.inspect import is_tfrecord_file, sample_schema
-
-
-def _feature(tf, value):
-    if isinstance(value, list) and value and isinstance(value[0], float):
-        return tf.train.Feature(float_list=tf.train.FloatList(value=value))
-    if isinstance(value, list):
-        return tf.train.Feature(int64_list=tf.train.Int64List(value=value))
-    return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
-
-
-def _example(tf, **features):
-    return tf.train.Example(features=tf.train.Features(
-        feature={name: _feature(tf, value) for name, value in features.items()}))
-
-
-def write(path, rows, tf, compression=""):
-    """One TFRecord file of ``tf.train.Example`` records, one per dict of features."""
-    with tf.io.TFRecordWriter(str(path), tf.io.TFRecordOptions(compression_type=compression)) as w:
-        for row in rows:
-            w.write(_example(tf, **row).SerializeToString())
-    return path
 
 
 def late_changes(i):
@@ -44,8 +24,8 @@ def late_changes(i):
 
 
 def test_the_schema_comes_from_every_record_of_every_file(tmp_path, tf):
-    write(tmp_path / "part-0.tfrecord", [late_changes(i) for i in range(100)], tf)
-    write(tmp_path / "part-1.tfrecord", [{"label": [i % 2], "w": [1.0], "v": [1.0],
+    write_examples(tmp_path / "part-0.tfrecord", [late_changes(i) for i in range(100)], tf)
+    write_examples(tmp_path / "part-1.tfrecord", [{"label": [i % 2], "w": [1.0], "v": [1.0],
                                          "extra": [1.0]} for i in range(100)], tf)
     result = tfopt.inspect(str(tmp_path / "part-*"))
     assert result.sampled == result.num_records == 200
@@ -67,7 +47,7 @@ def test_the_schema_comes_from_every_record_of_every_file(tmp_path, tf):
 def test_the_cli_table_shows_a_feature_missing_from_some_records(tmp_path, tf):
     from tfopt.cli import cli
 
-    path = write(tmp_path / "opt.tfrecord",
+    path = write_examples(tmp_path / "opt.tfrecord",
                  [{"label": [i], **({"opt": [i]} if i % 3 == 0 else {})} for i in range(50)], tf)
     result = CliRunner().invoke(cli, ["inspect", str(path), "-q"])
     assert result.exit_code == 0, result.output
@@ -79,7 +59,7 @@ def test_the_cli_table_shows_a_feature_missing_from_some_records(tmp_path, tf):
 
 
 def test_a_feature_with_two_types_is_shown_as_mixed_with_both(tmp_path, tf):
-    path = write(tmp_path / "conflict.tfrecord",
+    path = write_examples(tmp_path / "conflict.tfrecord",
                  [{"label": [i % 2], "v": [1.0] if i < 10 else [1]} for i in range(20)], tf)
     result = tfopt.inspect(path)
     v = next(f for f in result.features if f.name == "v")
@@ -91,9 +71,9 @@ def test_a_sequence_example_file_is_refused_naming_the_file(tmp_path, tf):
     path = tmp_path / "seq.tfrecord"
     with tf.io.TFRecordWriter(str(path)) as writer:
         for i in range(3):
-            frames = tf.train.FeatureList(feature=[_feature(tf, [1.0, 2.0])] * (i + 1))
+            frames = tf.train.FeatureList(feature=[feature_of(tf, [1.0, 2.0])] * (i + 1))
             writer.write(tf.train.SequenceExample(
-                context=tf.train.Features(feature={"label": _feature(tf, [i])}),
+                context=tf.train.Features(feature={"label": feature_of(tf, [i])}),
                 feature_lists=tf.train.FeatureLists(feature_list={"frames": frames}),
             ).SerializeToString())
     with pytest.raises(tfopt.DatasetError) as caught:
@@ -106,7 +86,7 @@ def test_a_sequence_example_file_is_refused_naming_the_file(tmp_path, tf):
 
 
 def test_sample_schema_reads_the_first_records_of_every_file(tmp_path, tf):
-    files = [write(tmp_path / f"s-{k}.tfrecord",
+    files = [write_examples(tmp_path / f"s-{k}.tfrecord",
                    [{"x": [1.0], **({"only_here": [k]} if k in (3, 6) else {})}
                     for _ in range(30)], tf) for k in range(7)]
     sample = sample_schema(files, None, records=70)
@@ -126,9 +106,9 @@ def test_a_folder_without_manifest_reads_only_its_tfrecord_files(tmp_path, tf):
     folder = tmp_path / "foreign"
     folder.mkdir()
     rows = [{"label": [i]} for i in range(5)]
-    write(folder / "plain-0.tfrecord", rows, tf)
-    write(folder / "train-00000-of-00001", rows, tf)  # the Model Garden's names
-    write(folder / "data", rows, tf)  # no telling name, but a TFRecord header
+    write_examples(folder / "plain-0.tfrecord", rows, tf)
+    write_examples(folder / "train-00000-of-00001", rows, tf)  # the Model Garden's names
+    write_examples(folder / "data", rows, tf)  # no telling name, but a TFRecord header
     (folder / "README.txt").write_text("hello\n")  # 6 bytes: was listed as "0 records"
     (folder / "notes.md").write_text("# notes about this data set, long enough for a header")
     result = tfopt.inspect(folder)
@@ -149,8 +129,8 @@ def test_a_folder_without_manifest_or_tfrecord_files_is_an_error(tmp_path):
 
 
 def test_tfrecord_files_are_told_by_name_or_by_their_first_record_header(tmp_path, tf):
-    write(tmp_path / "noext", [{"a": [1]}], tf)
-    write(tmp_path / "gz", [{"a": [1]}], tf, "GZIP")
+    write_examples(tmp_path / "noext", [{"a": [1]}], tf)
+    write_examples(tmp_path / "gz", [{"a": [1]}], tf, "GZIP")
     (tmp_path / "empty").write_bytes(b"")  # an empty TFRecord file holds no records
     (tmp_path / "short").write_bytes(b"hello\n")
     (tmp_path / "text").write_text("0123456789abcdef, plain text")
@@ -179,8 +159,8 @@ def test_a_glob_of_tfopt_shards_names_the_dataset_whose_manifest_describes_them(
 
 def test_the_build_time_sample_reads_on_past_a_corrupted_file(tmp_path, tf):
     rows = [{"label": [1]}] * 5
-    files = [write(tmp_path / "a-0.tfrecord", rows, tf), write(tmp_path / "a-1.tfrecord", rows, tf),
-             write(tmp_path / "a-2.tfrecord", [{"label": [1], "extra": [1]}] * 5, tf)]
+    files = [write_examples(tmp_path / "a-0.tfrecord", rows, tf), write_examples(tmp_path / "a-1.tfrecord", rows, tf),
+             write_examples(tmp_path / "a-2.tfrecord", [{"label": [1], "extra": [1]}] * 5, tf)]
     data = bytearray(files[1].read_bytes())
     data[20] ^= 0x55  # inside the first record: its CRC fails
     files[1].write_bytes(bytes(data))

@@ -4,23 +4,16 @@ reads: its TFRecord files, with the other files named in a note, not reported as
 from __future__ import annotations
 
 import pytest
+from conftest import write_examples
 
 import tfopt
-
-
-def _write_records(path, count: int, tf) -> None:
-    with tf.io.TFRecordWriter(str(path)) as writer:
-        for index in range(count):
-            feature = {"x": tf.train.Feature(int64_list=tf.train.Int64List(value=[index]))}
-            writer.write(tf.train.Example(
-                features=tf.train.Features(feature=feature)).SerializeToString())
 
 
 def test_a_readme_beside_foreign_shards_is_noted_not_a_bad_shard(tmp_path, tf):
     folder = tmp_path / "foreign"
     folder.mkdir()
-    _write_records(folder / "data-a.tfrecord", 5, tf)
-    _write_records(folder / "blob", 3, tf)  # no TFRecord name: taken by its record header
+    write_examples(folder / "data-a.tfrecord", [{"x": [i]} for i in range(5)], tf)
+    write_examples(folder / "blob", [{"x": [i]} for i in range(3)], tf)  # no TFRecord name: taken by its record header
     (folder / "README.txt").write_text("shards of the x dataset\n")
     (folder / "tiny").write_bytes(b"hello!")  # 6 bytes: once listed as '0 records'
     result = tfopt.verify(folder)
