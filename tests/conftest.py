@@ -156,3 +156,16 @@ def write_examples(path, rows, tf, compression=""):
         for row in rows:
             w.write(example_of(tf, **row).SerializeToString())
     return path
+
+
+# The start of a script run in a fresh process with two logical CPU devices (for
+# MirroredStrategy tests): possible only before TensorFlow initialises its devices.
+TWO_LOGICAL_CPUS = """
+import json
+from tfopt._tf import import_tensorflow
+tf = import_tensorflow()
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras
+import numpy as np
+"""

@@ -120,12 +120,13 @@ def test_a_folder_without_manifest_reads_only_its_tfrecord_files(tmp_path, tf):
     assert "manifest" in text
 
 
-def test_a_folder_without_manifest_or_tfrecord_files_is_an_error(tmp_path):
+@pytest.mark.parametrize("command", [tfopt.inspect, tfopt.verify])
+def test_a_folder_without_manifest_or_tfrecord_files_is_an_error(tmp_path, command):
     folder = tmp_path / "docs"
     folder.mkdir()
     (folder / "README.txt").write_text("hello\n")
     with pytest.raises(tfopt.DatasetError, match="no TFRecord files in this folder.*README.txt"):
-        tfopt.inspect(folder)
+        command(folder)
 
 
 def test_tfrecord_files_are_told_by_name_or_by_their_first_record_header(tmp_path, tf):

@@ -3,7 +3,6 @@ reads: its TFRecord files, with the other files named in a note, not reported as
 
 from __future__ import annotations
 
-import pytest
 from conftest import write_examples
 
 import tfopt
@@ -25,10 +24,3 @@ def test_a_readme_beside_foreign_shards_is_noted_not_a_bad_shard(tmp_path, tf):
     assert sorted(info.path.split("/")[-1] for info in tfopt.inspect(folder).files) == [
         "blob", "data-a.tfrecord"]
 
-
-def test_a_folder_of_other_files_only_is_an_error(tmp_path):
-    folder = tmp_path / "notes"
-    folder.mkdir()
-    (folder / "README.txt").write_text("nothing here\n")
-    with pytest.raises(tfopt.DatasetError, match="no TFRecord files in this folder"):
-        tfopt.verify(folder)

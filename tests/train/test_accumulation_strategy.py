@@ -13,16 +13,9 @@ import subprocess
 import sys
 import textwrap
 
-SCRIPT = textwrap.dedent("""
-    import json
-    from tfopt._tf import import_tensorflow
-    tf = import_tensorflow()
-    # two logical CPUs: possible only before TensorFlow initialises its devices
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    import keras
-    import numpy as np
+from conftest import TWO_LOGICAL_CPUS
+
+SCRIPT = TWO_LOGICAL_CPUS + textwrap.dedent("""
     from tfopt.train.accumulation import make_optimizer
 
     rng = np.random.default_rng(0)

@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import pytest
+from conftest import TWO_LOGICAL_CPUS
 
 from tfopt.errors import InvalidArgumentError
 from tfopt.train.strategy import (
@@ -184,16 +185,7 @@ def test_select_one_device_builds_it_on_the_cpu(tf, clean_env):
     assert chosen.devices == ("/cpu:0",) and chosen.replicas == 1
 
 
-MIRRORED_SCRIPT = textwrap.dedent("""
-    import json
-    from tfopt._tf import import_tensorflow
-    tf = import_tensorflow()
-    # two logical CPUs: possible only before TensorFlow initialises its devices
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    import keras
-    import numpy as np
+MIRRORED_SCRIPT = TWO_LOGICAL_CPUS + textwrap.dedent("""
     from tfopt.train.strategy import select_strategy
 
     rng = np.random.default_rng(0)
