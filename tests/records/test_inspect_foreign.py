@@ -169,3 +169,14 @@ def test_the_build_time_sample_reads_on_past_a_corrupted_file(tmp_path, tf):
     assert sample.records == 10 and "extra" in {f.name for f in sample.features}
     with pytest.raises(tfopt.DatasetError, match="a-1.tfrecord: corrupted"):
         sample_schema(files, None)
+
+
+def test_raw_arrays_of_a_tfopt_dataset_show_their_numbers(tmp_path):
+    import numpy as np
+
+    np.savez(tmp_path / "a.npz", x=np.array([[0.5, 1.25]] * 4),
+             px=np.array([[7, 9, 11]] * 4, dtype=np.uint8), label=np.arange(4) % 2)
+    tfopt.convert(tmp_path / "a.npz", tmp_path / "out", workers=1)
+    examples = {info.name: info.example for info in tfopt.inspect(tmp_path / "out").features}
+    assert examples["x"] == "[0.5, 1.25] (float64, raw bytes)"  # was b'\x00\x00...'
+    assert examples["px"] == "[7, 9, 11] (uint8, raw bytes)"

@@ -26,6 +26,7 @@ from tfopt.errors import DatasetError
 from tfopt.records._files_of import is_gzip, resolve_files, tf_compression_type
 from tfopt.records.image_header import image_size, sniff_format
 from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME, Manifest, read_manifest
+from tfopt.records.schema import Encoding
 
 logger = logging.getLogger("tfopt")
 
@@ -249,11 +250,41 @@ def inspect(path, *, fast: bool = False, sample: int = 64,
             # a shard cut at a record boundary reads without an error: only the count shows it
             notes.append(f"{sum(info.num_records for info in infos):,} records counted, the "
                          f"manifest says {manifest.num_records:,}: run 'tfopt verify {path}'")
+    if manifest is not None:
+        features = _with_raw_examples(features, manifest, files, compression)
     image_key = manifest.image_key if manifest else pick_image_key(features)
     label_key = manifest.label_key if manifest else pick_label_key(features)
     total = sum(info.num_records for info in infos)
     return InspectResult(str(path), infos, compression, features, image_key, label_key, total,
                          counted_from, sampled, manifest, notes)
+
+
+def _with_raw_examples(features: list[FeatureInfo], manifest: Manifest, files,
+                       compression) -> list[FeatureInfo]:
+    """Show raw-bytes arrays (float64, one-byte integers, ...) as the numbers they hold, decoded
+    with the manifest's dtype and shape, instead of as bytes such as b'\\x00\\x00\\xf8\\x7f'."""
+    import numpy as np
+    import tensorflow as tf
+
+    raw = {spec.name: spec for spec in manifest.features if spec.encoding is Encoding.RAW}
+    if not raw or not files:
+        return features
+    for record in tf.data.TFRecordDataset(str(files[0]), tf_compression_type(compression)).take(1):
+        example = tf.train.Example.FromString(record.numpy())
+        break
+    else:
+        return features
+    shown = []
+    for info in features:
+        spec, feature = raw.get(info.name), example.features.feature.get(info.name)
+        if spec is not None and feature is not None and feature.bytes_list.value:
+            values = np.frombuffer(feature.bytes_list.value[0],
+                                   np.dtype(spec.dtype).newbyteorder("<")).ravel()
+            kind = "float" if values.dtype.kind == "f" else "int64"
+            text = _render([value.item() for value in values], kind)
+            info = dataclasses.replace(info, example=f"{text} ({spec.dtype}, raw bytes)")
+        shown.append(info)
+    return shown
 
 
 # Names of TFRecord files: by extension (compressed too), the tfds layout
