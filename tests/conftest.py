@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import signal
 import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+# Tests send Ctrl-C (SIGINT) to real tfopt processes. A test run started in the background of a
+# non-interactive shell (`cmd &`, nohup) inherits SIGINT ignored, and so would every process it
+# starts: an ignored signal stays ignored across exec, and Python then installs no
+# KeyboardInterrupt handler. A handler here (not SIG_IGN) gives the children the default again.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
