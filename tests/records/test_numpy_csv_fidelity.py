@@ -265,3 +265,12 @@ def test_source_messages_name_what_was_looked_for(tmp_path):
     images.mkdir(parents=True)
     with pytest.raises(tfopt.InvalidArgumentError, match="^label 'kind': the labels of an image"):
         tfopt.convert(images.parent, tmp_path / "out", workers=1, label="kind")
+
+
+def test_negative_class_labels_are_kept_with_a_warning_naming_one(tmp_path, caplog):
+    src = tmp_path / "neg.npz"
+    np.savez(src, x=np.arange(6.0), y=np.array([0, 1, -1, 2, -1, 1]))
+    with caplog.at_level("WARNING", logger="tfopt"):
+        result = tfopt.convert(src, tmp_path / "out", workers=1)
+    assert result.num_records == 6
+    assert "label 'y' holds 2 negative value(s), e.g. -1 at row 2" in caplog.text

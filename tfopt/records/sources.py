@@ -610,7 +610,16 @@ def _labels_from_values(values, key: str, where, value_spec: FeatureSpec):
         index = {name: i for i, name in enumerate(names)}
         return [index[text] for text in texts], names, class_spec
     if values.dtype.kind in "biu":
-        return [int(v) for v in values.tolist()], None, class_spec
+        labels = [int(v) for v in values.tolist()]
+        negative = [(row, label) for row, label in enumerate(labels) if label < 0]
+        if negative:
+            # kept (-1 often marks "unlabelled"), but Keras's sparse losses fail on them
+            row, label = negative[0]
+            logger.warning("%s: label %r holds %d negative value(s), e.g. %d at row %d: class "
+                           "indices start at 0 (SparseCategoricalCrossentropy fails on them); "
+                           "filter those examples out or shift the labels",
+                           where, key, len(negative), label, row)
+        return labels, None, class_spec
     if values.dtype.kind == "f":
         return None, None, value_spec.replace(name=key)
     raise SourceError(where, f"label {key!r} must hold integers, class names or (for "
