@@ -616,7 +616,8 @@ def _labels_from_values(values, key: str, where, value_spec: FeatureSpec):
             # kept (-1 often marks "unlabelled"), but Keras's sparse losses fail on them
             row, label = negative[0]
             logger.warning("%s: label %r holds %d negative value(s), e.g. %d at row %d: class "
-                           "indices start at 0 (SparseCategoricalCrossentropy fails on them); "
+                           "indices start at 0 (SparseCategoricalCrossentropy fails on them; rows count "
+                           "from 0); "
                            "filter those examples out or shift the labels",
                            where, key, len(negative), label, row)
         return labels, None, class_spec
