@@ -35,6 +35,8 @@ def test_a_cache_file_path_shared_by_two_pipelines_never_serves_the_other_ones_d
     again = PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, cache=str(path),
                             split="train")
     assert again.choices.cache_location == first.choices.cache_location  # reused as meant
+    # the 16-px files are another set at the same path: named, never deleted
+    assert any(note.startswith("1 other cache file set(s) at ") for note in again.choices.notes)
     assert _labels(again.build()) == train_labels
     # a rewritten shard changes the key: stale data is not served
     shard = sorted(indexed_png_dataset.glob("train-*"))[0]

@@ -209,6 +209,22 @@ def _file_stamp(file: str) -> list:
         return [file, None, None]
 
 
+def _other_cache_files(location: str) -> list[str]:
+    """A note on cache files at the same path under other keys (other data or settings, or
+    shards since rewritten): tfopt never deletes them, since another pipeline may use them."""
+    prefix, _, key = location.rpartition("-")
+    others = {}
+    for name in tf.io.gfile.glob(f"{prefix}-*"):
+        other_key = name[len(prefix) + 1:].split(".", 1)[0].split("_", 1)[0]
+        if other_key != key and len(other_key) == len(key):
+            size = tf.io.gfile.stat(name).length if not tf.io.gfile.isdir(name) else 0
+            others[other_key] = others.get(other_key, 0) + size
+    if not others:
+        return []
+    return [f"{len(others)} other cache file set(s) at {prefix}-* ({sum(others.values()) >> 20} "
+            "MiB) hold other data or settings; remove them when no pipeline uses them"]
+
+
 def available_memory() -> int:
     """Bytes of memory available now (MemAvailable), or 4 GiB where it cannot be read."""
     try:
@@ -464,6 +480,9 @@ class PipelineBuilder:
                          "the RAM budget and shuffling live on the workers")
         if source.num_records is None and config.skip_corrupt:
             notes.append("no manifest: corrupted records are skipped but cannot be counted")
+        location = self._cache_location(cache, decode)
+        if location != "memory":
+            notes.extend(_other_cache_files(location))
         return PipelineChoices(
             files=len(source.files),
             records=source.num_records,
@@ -472,7 +491,7 @@ class PipelineBuilder:
             parse=f"parse_example once per {PARSE_BATCH} records (vectorised)",
             decode=decode,
             cache=cache,
-            cache_location=self._cache_location(cache, decode),
+            cache_location=location,
             cache_estimate_bytes=estimate,
             ram_budget=config.ram_budget,
             shuffle_elements=shuffle,
