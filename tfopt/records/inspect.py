@@ -170,6 +170,8 @@ class InspectResult:
                 lines.append(f"classes ({len(names)}): {shown}")
         lines.append(f"image key: {self.image_key or '-'}   label key: {self.label_key or '-'}")
         rows = []
+        raw = ({spec.name: spec.dtype for spec in self.manifest.features
+                if spec.encoding is Encoding.RAW} if self.manifest is not None else {})
         for feature in self.features:
             length = feature.describe_length()
             detail = feature.example
@@ -178,6 +180,8 @@ class InspectResult:
                           f" to {feature.max_size[0]}x{feature.max_size[1]} px")
             kind = (f"mixed ({', '.join(feature.kinds)})" if feature.kind == "mixed"
                     else feature.kind)
+            if feature.name in raw:  # an array stored as its bytes: say what they hold
+                kind = f"{raw[feature.name]} (raw bytes)"
             rows.append([feature.name, kind, length, detail])
         lines.append(f"schema (from {self.sampled:,} records):")
         lines.append(table(rows, ["feature", "type", "length", "content"], align="llrl"))
@@ -282,7 +286,7 @@ def _with_raw_examples(features: list[FeatureInfo], manifest: Manifest, files,
                                    np.dtype(spec.dtype).newbyteorder("<")).ravel()
             kind = "float" if values.dtype.kind == "f" else "int64"
             text = _render([value.item() for value in values], kind)
-            info = dataclasses.replace(info, example=f"{text} ({spec.dtype}, raw bytes)")
+            info = dataclasses.replace(info, example=text)
         shown.append(info)
     return shown
 
