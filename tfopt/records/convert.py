@@ -333,12 +333,17 @@ def _check_space(scanned: ScannedSource, options: ConvertOptions, tasks, todo, w
 def _disk_full(work: Path, done: dict, tasks) -> DiskFullError:
     """The disk filled up mid-run: drop the half-written shards (they hold the space), keep the
     finished ones and the journal for --resume, as after an interruption."""
-    for entry in work.iterdir():
-        if is_temp_file(entry):
-            entry.unlink(missing_ok=True)
+    _remove_temp_files(work)
     return DiskFullError(f"{work}: no space left on device after {len(done)} of {len(tasks)} "
                          "shards; the finished ones are kept: free space, then run again with "
                          "--resume")
+
+
+def _remove_temp_files(folder: Path) -> None:
+    """Remove the half-written files (temporary names) that a stopped writer left in folder."""
+    for entry in folder.iterdir():
+        if is_temp_file(entry):
+            entry.unlink(missing_ok=True)
 
 
 def _refuse_nested(src: Path, dst: Path) -> None:
@@ -542,9 +547,7 @@ def _prepare_locked(dst: Path, options: ConvertOptions, staging: Path, lock) -> 
         logger.warning("resuming the interrupted --overwrite in %s; %s keeps the old dataset "
                        "until the new one is complete", staging, dst)
         _refuse_foreign(staging)
-        for entry in staging.iterdir():
-            if is_temp_file(entry):
-                entry.unlink(missing_ok=True)  # left by a killed worker
+        _remove_temp_files(staging)  # left by a killed worker
         return _Output(staging, created=True, staged=True, lock=lock)
     if staging.exists():
         if not options.overwrite:
@@ -606,9 +609,7 @@ def _prepare_existing(dst: Path, options: ConvertOptions, staging: Path, dst_loc
         if has_manifest:
             raise OutputExistsError(f"{dst}: already holds a complete dataset ({MANIFEST_NAME}); "
                                     "nothing to resume. Use --overwrite to convert again")
-        for entry in entries:
-            if is_temp_file(entry):
-                entry.unlink(missing_ok=True)  # left by a killed worker
+        _remove_temp_files(dst)  # left by a killed worker
         return _Output(dst, created=False, staged=False, lock=dst_lock)
     # a journal beside a manifest is stale (killed between the two writes): nothing to resume
     hint = ("finish the interrupted conversion with --resume, or start again with --overwrite"
