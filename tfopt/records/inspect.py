@@ -408,31 +408,6 @@ def detect_compression(files: list[Path], manifest: Manifest | None) -> str | No
     return "gzip" if next(iter(gzipped.values())) else None
 
 
-def infer_schema(files, compression, sample,
-                 stop_at_corruption: bool = False) -> tuple[list[FeatureInfo], int]:
-    """Infer the schema from the first records of the files, read in order.
-
-    Reads the first ``sample`` records in all, the first file first (``tfopt inspect --fast``
-    and readers of one known file). :func:`sample_schema` spreads its sample over every file.
-
-    Args:
-        files: TFRecord files.
-        compression: ``"gzip"`` or None.
-        sample: Records to read.
-        stop_at_corruption: At a corrupted record, keep the records read before it and go on
-            with the next file instead of raising (readers that handle corruption themselves).
-            Defaults to False.
-
-    Raises:
-        tfopt.DatasetError: Records that are not ``tf.train.Example``, a corrupted file (named),
-            or no records at all.
-    """
-    schema = _SchemaStats()
-    _read_in_order(schema, files, compression, lambda _: sample - schema.records,
-                   stop_at_corruption)
-    return schema.result(files)
-
-
 def sample_schema(files, compression, *, records: int = 1024, max_bytes: int = 64 << 20,
                   max_files: int = 256, stop_at_corruption: bool = False) -> SchemaSample:
     """Infer the schema from the first records of every file (of ``max_files`` spread evenly).
@@ -449,10 +424,13 @@ def sample_schema(files, compression, *, records: int = 1024, max_bytes: int = 6
         max_bytes: About the bytes to read in all. Defaults to 64 MiB.
         max_files: Files sampled; beyond it, this many spread evenly over the list, the first
             and the last included. Defaults to 256.
-        stop_at_corruption: As for :func:`infer_schema`. Defaults to False.
+        stop_at_corruption: At a corrupted record, keep the records read before it and go on
+            with the next file instead of raising (readers that handle corruption themselves).
+            Defaults to False.
 
     Raises:
-        tfopt.DatasetError: As :func:`infer_schema`.
+        tfopt.DatasetError: Records that are not ``tf.train.Example``, a corrupted file (named),
+            or no records at all.
     """
     import tensorflow as tf
 
@@ -484,7 +462,7 @@ def sample_schema(files, compression, *, records: int = 1024, max_bytes: int = 6
     except tf.errors.OpError:
         # a corrupted or unreadable file: read them one by one, to name it (or read past it)
         schema = _SchemaStats()
-        _read_in_order(schema, chosen, compression, lambda _: per_file, stop_at_corruption)
+        _read_in_order(schema, chosen, compression, per_file, stop_at_corruption)
     features, sampled = schema.result(files)
     return SchemaSample(features, sampled, len(chosen), per_file,
                         schema.record_bytes / sampled if sampled else None)
@@ -518,18 +496,16 @@ def _first_record_size(files, compression) -> int | None:
     return None
 
 
-def _read_in_order(schema: _SchemaStats, files, compression, budget, stop_at_corruption) -> None:
-    """Observe the first ``budget(file)`` records of each file, one file after the other."""
+def _read_in_order(schema: _SchemaStats, files, compression, per_file: int,
+                   stop_at_corruption) -> None:
+    """Observe the first ``per_file`` records of each file, one file after the other."""
     import tensorflow as tf
 
     corrupted = None  # the first corrupted file's error, while nothing has been sampled
     for file in files:
-        wanted = budget(file)
-        if wanted <= 0:
-            break
         dataset = tf.data.TFRecordDataset(str(file), tf_compression_type(compression))
         try:
-            for index, raw in enumerate(dataset.take(wanted).as_numpy_iterator()):
+            for index, raw in enumerate(dataset.take(per_file).as_numpy_iterator()):
                 schema.observe(raw, file, index)
         except tf.errors.DataLossError as error:
             problem = DatasetError(f"{file}: corrupted or not a TFRecord file "
@@ -730,7 +706,7 @@ def _count_records(files, compression, progress, stats: _SchemaStats) -> list[Fi
                     done = int(indices[-1])
         except tf.errors.OpError as error:
             # the failing file is the first one not read to its end: find it, to name it
-            bad = _first_unreadable(files[done:], kind) or files[done]
+            bad = _first_unreadable(files[done:], compression) or files[done]
             count = counts[files.index(bad)]
             if count == 0:
                 raise DatasetError(f"{bad}: corrupted or not a TFRecord file "
@@ -744,13 +720,12 @@ def _count_records(files, compression, progress, stats: _SchemaStats) -> list[Fi
             for file, count in zip(files, counts, strict=True)]
 
 
-def _first_unreadable(files, kind):
-    import numpy as np
+def _first_unreadable(files, compression):
     import tensorflow as tf
 
     for file in files:
         try:
-            tf.data.TFRecordDataset(str(file), kind).reduce(np.int64(0), lambda n, _: n + 1)
+            count_records(file, compression)
         except tf.errors.OpError:
             return file
     return None
