@@ -269,6 +269,6 @@ def _features_from_sample(sampled: list[FeatureInfo], sample: SchemaSample,
         if info.name in keys:
             raise InvalidArgumentError(f"feature {info.name!r} cannot be the image or label key: "
                                        f"{why} {seen}")
-        logger.warning("tfopt: feature %r is left out of the pipeline: %s %s; write it with one "
+        logger.warning("feature %r is left out of the pipeline: %s %s; write it with one "
                        "type (tfopt convert does), or parse it yourself", info.name, why, seen)
     return parsed
