@@ -21,7 +21,7 @@ def test_a_cache_file_path_shared_by_two_pipelines_never_serves_the_other_ones_d
         indexed_png_dataset, tmp_path):
     path = tmp_path / "cache" / "c"
     path.parent.mkdir()
-    # each split once, then the same path for other image sizes: each gets its own file
+    # one path for two image sizes: each gets its own file
     first = PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, cache=str(path),
                             split="train")
     assert first.choices.cache_location.startswith(f"{path}-")
