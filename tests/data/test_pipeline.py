@@ -19,6 +19,7 @@ from tfopt.data.decode import (
     DecodeStrategy,
     choose_decode,
     random_crop_window,
+    snap_to_block_column,
 )
 from tfopt.data.pipeline import CacheMode, PipelineBuilder, build_pipeline
 
@@ -127,6 +128,41 @@ def test_random_crop_windows_stay_in_bounds_and_in_range(tf):
         area = h * w / ((300 + seed) * (500 - seed))
         assert area >= CROP_AREA[0] * 0.95 or area == 1.0
         assert CROP_ASPECT[0] * 0.9 <= w / h <= CROP_ASPECT[1] * 1.1 or area == 1.0
+
+
+def test_random_crop_windows_snap_to_a_jpeg_block_column_inside_the_image(tf):
+    moved = []
+    for seed in range(200):
+        height, width = 300 + seed % 7, 333 + seed
+        window = random_crop_window(tf.constant([height, width, 3]), tf.constant([seed, 3]))
+        y, x, h, w = window.numpy()
+        sy, sx, sh, sw = snap_to_block_column(window, tf.constant(width)).numpy()
+        assert sx % 16 == 0 and 0 <= sx and sx + sw <= width  # aligned, and still inside
+        assert (sy, sh, sw) == (y, h, w)  # only the left edge moves: same scale and aspect
+        assert abs(sx - x) <= 15
+        moved.append(sx - x)
+    assert -8 <= float(np.mean(moved)) <= 8 and min(moved) < 0 < max(moved)  # both ways
+
+
+def test_training_crops_decode_the_same_pixels_as_a_full_decode_then_crop(tmp_path, tf):
+    """The cropped decode at a snapped window gives the full decode's pixels for that window."""
+    from tfopt.data.decode import decode_to_target
+
+    xs, ys = np.meshgrid(np.linspace(0, 255, 200), np.linspace(255, 0, 150))
+    smooth = np.stack([xs, ys, (xs + ys) / 2], axis=-1).astype(np.uint8)
+    data = tf.constant(encode_jpeg(smooth, quality=95))
+    plan = choose_decode(encoding="jpeg", random_crop=True, target=(96, 96), min_side=150,
+                         cache_decoded=False)
+    assert plan.strategy is DecodeStrategy.CROP
+    full = tf.io.decode_jpeg(data, channels=3)
+    for seed in range(10):
+        got = decode_to_target(data, plan, tf.constant([seed, 0], tf.int64)).numpy()
+        window = snap_to_block_column(
+            random_crop_window(tf.constant([150, 200, 3]), tf.constant([seed, 0], tf.int64)),
+            tf.constant(200))
+        y, x, h, w = window.numpy()
+        reference = tf.image.resize(full[y:y + h, x:x + w], (96, 96)).numpy()
+        assert np.abs(got.astype(float) - reference).mean() < 2
 
 
 def test_decode_strategy_follows_the_target_size():

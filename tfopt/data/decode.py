@@ -131,6 +131,31 @@ def random_crop_window(shape, seed) -> tf.Tensor:
     return tf.stack([begin[0], begin[1], size[0], size[1]])
 
 
+# The widest block column (iMCU) of common JPEGs: 16 px for 4:2:0 and 4:2:2 chroma, 8 for
+# 4:4:4 and greyscale, which divides it.
+JPEG_BLOCK_COLUMN = 16
+
+
+def snap_to_block_column(window, width) -> tf.Tensor:
+    """Move a crop window's left edge to the nearest JPEG block column that keeps it inside.
+
+    TensorFlow's cropped decode starts every row at a block column; when the window does not,
+    it decodes each row into a scratch line and copies it across, which cost about 4 % of a
+    random-resized crop's decode here. Snapping moves a window by at most 8 px (15 where the
+    nearest column would push it past the right edge) and keeps its size, so the crops' scale
+    and aspect are unchanged.
+
+    Args:
+        window: ``[y, x, height, width]`` (int32), inside an image ``width`` pixels wide.
+        width: The image's width (int32 scalar).
+    """
+    y, x, height, crop_width = tf.unstack(window)
+    block = JPEG_BLOCK_COLUMN
+    nearest = (x + block // 2) // block * block
+    snapped = tf.where(nearest + crop_width <= width, nearest, x // block * block)
+    return tf.stack([y, snapped, height, crop_width])
+
+
 def central_crop_window(shape, fraction: float = EVAL_CROP_FRACTION) -> tf.Tensor:
     """The central ``fraction`` of the shorter side, as a square window ``[y, x, h, w]``."""
     height, width = tf.cast(shape[0], tf.float32), tf.cast(shape[1], tf.float32)
@@ -143,7 +168,10 @@ def central_crop_window(shape, fraction: float = EVAL_CROP_FRACTION) -> tf.Tenso
 
 def resize_uint8(image, target: tuple[int, int]) -> tf.Tensor:
     """Bilinear resize to ``target``, back to uint8 (what the pipeline ships: 4x fewer bytes)."""
-    resized = tf.image.resize(image, target, method="bilinear")
+    # TensorFlow's bilinear kernel is faster on float32 than on uint8 input, cast included:
+    # about 0.25 against 0.35-0.39 ms for a random-resized crop to 224 px on one core here,
+    # with the same output pixels (uint8 values are exact in float32)
+    resized = tf.image.resize(tf.cast(image, tf.float32), target, method="bilinear")
     # bilinear weights are convex, so values stay in [0, 255]: +0.5 and a truncating cast
     # round in one pass, where round + saturate_cast take three (~10 % of this stage here)
     return tf.cast(resized + 0.5, tf.uint8)
@@ -171,8 +199,10 @@ def decode_to_target(encoded, plan: DecodePlan, seed=None) -> tf.Tensor:
     """Decode one encoded image straight to a ``plan.target`` uint8 array."""
     if plan.strategy is DecodeStrategy.CROP:
         shape = tf.io.extract_jpeg_shape(encoded)  # reads the header only
-        window = (random_crop_window(shape, seed) if plan.random_crop
-                  else central_crop_window(shape, plan.crop_fraction))
+        if plan.random_crop:
+            window = snap_to_block_column(random_crop_window(shape, seed), shape[1])
+        else:
+            window = central_crop_window(shape, plan.crop_fraction)
         crop = tf.io.decode_and_crop_jpeg(encoded, window, channels=3)
         return resize_uint8(crop, plan.target)
     return crop_and_resize(decode_full(encoded, plan), plan, seed)
