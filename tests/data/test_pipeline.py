@@ -21,7 +21,7 @@ from tfopt.data.decode import (
     random_crop_window,
     snap_to_block_column,
 )
-from tfopt.data.pipeline import CacheMode, PipelineBuilder, build_pipeline
+from tfopt.data.pipeline import CacheMode, PipelineBuilder, build_pipeline, records_per_block
 
 
 def test_evaluation_yields_every_record_exactly_once_with_its_label(indexed_png_dataset):
@@ -163,6 +163,15 @@ def test_training_crops_decode_the_same_pixels_as_a_full_decode_then_crop(tmp_pa
         y, x, h, w = window.numpy()
         reference = tf.image.resize(full[y:y + h, x:x + w], (96, 96)).numpy()
         assert np.abs(got.astype(float) - reference).mean() < 2
+
+
+def test_counting_and_parsing_blocks_hold_about_a_mebibyte_of_records(indexed_png_dataset):
+    assert records_per_block(68_000, 128) == 15  # JPEG photos: a short wait for the first block
+    assert records_per_block(100, 128) == 128  # small records: the most, to amortise the op
+    assert records_per_block(50_000_000, 256) == 8  # huge records: still a few per block
+    builder = PipelineBuilder(indexed_png_dataset, batch_size=4, image_size=24)
+    expected = records_per_block(builder.source.mean_record_bytes, 128)
+    assert f"parse_example once per {expected} records" in builder.choices.describe()
 
 
 def test_decode_strategy_follows_the_target_size():

@@ -52,15 +52,25 @@ CACHE_SHARE = 0.6  # of the budget a cache may take; the rest stays for autotune
 # photos delayed the first batch by ~10 % of a 2,700-image epoch here)
 DEFAULT_SHUFFLE_BYTES = 32 << 20
 MAX_SHUFFLE_ELEMENTS = 16384  # small records: more elements only add fill time
-COUNT_BLOCK = 256  # records per counting step when checking shard record counts
+COUNT_BLOCK = 256  # most records per counting step when checking shard record counts
 # Dynamic sharding for training too, not "parallel_epochs": the builder's seeds (shard order,
 # shuffle, crops) are fixed in the graph, so under parallel_epochs every worker would produce
 # the same sequence and the trainer would see each record once per worker, side by side.
 # Dynamic sharding hands out shards, so each record comes once per epoch whatever the worker
 # count, and steps_per_epoch stays right.
 SERVICE_PROCESSING_MODE = "distributed_epoch"
-PARSE_BATCH = 128  # records per parse_example call: enough to amortise the op, small enough
-# to keep the first batch quick
+PARSE_BATCH = 128  # most records per parse_example call: enough to amortise the op
+# Counting and parsing blocks hold about this many bytes (at least 8 records): enough to
+# amortise a scan step or a parse call over small records, and no more, because each shard's
+# first block (and the first parse) waits for all of its records. Blocks of 256 and 128
+# records of 68-KB JPEGs made an evaluation's first batch wait for ~26 MB to be read: 99 ms
+# against the guide's 57 (tfopt bench pipeline --eval, demo data's validation split).
+BLOCK_BYTES = 1 << 20
+
+
+def records_per_block(mean_record_bytes: float, most: int) -> int:
+    """Records in a counting or parsing block of about ``BLOCK_BYTES``, 8 to ``most``."""
+    return int(min(most, max(8, BLOCK_BYTES // max(1.0, mean_record_bytes))))
 
 
 class CacheMode(str, enum.Enum):
@@ -488,7 +498,7 @@ class PipelineBuilder:
             records=source.num_records,
             interleave_cycle=min(len(source.files), max(2, usable_cores())),
             parallel_calls="AUTOTUNE (tuned at run time)",
-            parse=f"parse_example once per {PARSE_BATCH} records (vectorised)",
+            parse=f"parse_example once per {self._parse_batch_size} records (vectorised)",
             decode=decode,
             cache=cache,
             cache_location=location,
@@ -581,7 +591,7 @@ class PipelineBuilder:
             dataset = dataset.map(self._parse_batch, num_parallel_calls=AUTOTUNE,
                                   deterministic=config.deterministic)
             return self._finish(self._with_known_length(dataset))
-        parsed = records.batch(PARSE_BATCH).map(
+        parsed = records.batch(self._parse_batch_size).map(
             self._parse_batch, num_parallel_calls=AUTOTUNE, deterministic=config.deterministic
         ).unbatch()
         if until == "parse":
@@ -626,6 +636,7 @@ class PipelineBuilder:
         compression = tf_compression_type(source.compression)
         counted = source.expected_counts is not None
         note_lost, skip = self._note_lost, config.skip_corrupt
+        count_block = records_per_block(source.mean_record_bytes, COUNT_BLOCK)
 
         def read_file(path, expected_count, index):
             reader = tf.data.TFRecordDataset(path, compression)
@@ -633,11 +644,11 @@ class PipelineBuilder:
                 return reader.ignore_errors() if skip else reader
             # Read past errors, then compare the count with the manifest at the end of the
             # file: the shard can be named (TensorFlow's own error names only a byte offset),
-            # and under skip_corrupt the lost records are counted. Counted in blocks of
-            # COUNT_BLOCK records (a scan step per record would halve the read rate of small
-            # records); an empty block after the last one marks the end. Each dataset op here
-            # is made once per shard: fewer ops, a quicker first batch.
-            blocks = reader.ignore_errors().batch(COUNT_BLOCK).concatenate(
+            # and under skip_corrupt the lost records are counted. Counted in blocks of about
+            # BLOCK_BYTES (a scan step per record would halve the read rate of small records);
+            # an empty block after the last one marks the end. Each dataset op here is made
+            # once per shard: fewer ops, a quicker first batch.
+            blocks = reader.ignore_errors().batch(count_block).concatenate(
                 tf.data.Dataset.from_tensors(tf.constant([], tf.string)))
 
             def count(read, block):
@@ -663,6 +674,10 @@ class PipelineBuilder:
         return files.interleave(read_file, cycle_length=self.choices.interleave_cycle,
                                 block_length=1, num_parallel_calls=AUTOTUNE,
                                 deterministic=config.deterministic)
+
+    @property
+    def _parse_batch_size(self) -> int:
+        return records_per_block(self.source.mean_record_bytes, PARSE_BATCH)
 
     def _parse_spec(self) -> dict:
         spec = {}
