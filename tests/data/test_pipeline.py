@@ -18,6 +18,7 @@ from tfopt.data.decode import (
     CROP_ASPECT,
     DecodeStrategy,
     choose_decode,
+    decode_to_target,
     random_crop_window,
     snap_to_block_column,
 )
@@ -146,8 +147,6 @@ def test_random_crop_windows_snap_to_a_jpeg_block_column_inside_the_image(tf):
 
 def test_training_crops_decode_the_same_pixels_as_a_full_decode_then_crop(tmp_path, tf):
     """The cropped decode at a snapped window gives the full decode's pixels for that window."""
-    from tfopt.data.decode import decode_to_target
-
     xs, ys = np.meshgrid(np.linspace(0, 255, 200), np.linspace(255, 0, 150))
     smooth = np.stack([xs, ys, (xs + ys) / 2], axis=-1).astype(np.uint8)
     data = tf.constant(encode_jpeg(smooth, quality=95))
