@@ -579,8 +579,7 @@ def _load_array(ref: _ArrayRef) -> np.ndarray:
             return np.lib.format.read_array(io.BufferedReader(member), allow_pickle=False)
     except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, OSError) as error:
         # damaged compressed data shows only here, when inflated (a bad CRC, a cut stream)
-        raise SourceError(f"{ref.file} [key {ref.key!r}]",
-                          f"cannot be read, corrupt archive ({error})") from None
+        raise SourceError(_where(ref), f"cannot be read, corrupt archive ({error})") from None
 
 
 def _labels_from_values(values, key: str, where, value_spec: FeatureSpec):
