@@ -1,0 +1,32 @@
+"""The flat public API: every name in ``tfopt.__all__`` resolves, and cheaply where it should."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import tfopt
+
+
+def test_every_public_name_resolves_to_an_object_of_that_name():
+    for name in tfopt.__all__:
+        value = getattr(tfopt, name)
+        assert value is not None, name
+        if name != "__version__" and hasattr(value, "__name__"):
+            assert value.__name__ == name, (name, value)
+
+
+def test_an_unknown_name_is_an_attribute_error_naming_it():
+    try:
+        tfopt.no_such_thing  # noqa: B018
+    except AttributeError as error:
+        assert "no_such_thing" in str(error)
+    else:
+        raise AssertionError("tfopt.no_such_thing resolved")
+
+
+def test_import_tfopt_imports_no_tensorflow():
+    code = "import sys, tfopt; print('tensorflow' in sys.modules, 'keras' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["False", "False"]
