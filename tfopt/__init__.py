@@ -77,15 +77,15 @@ _LAZY_EXPORTS = {
     "backup_callbacks": "tfopt.train.backup",
     "AtomicBackupAndRestore": "tfopt.train.backup",
     "BestModelCheckpoint": "tfopt.train.backup",
-    # train: distribution
-    "select_strategy": "tfopt.train.strategy",
-    "plan_strategy": "tfopt.train.strategy",
-    "StrategyChoice": "tfopt.train.strategy",
-    "fix_keras_multi_worker": "tfopt.train.keras_compat",
-    "synchronize_batch_norm": "tfopt.train.keras_compat",
     "fuse_batch_norm": "tfopt.train.fused_batch_norm",
-    "launch_workers": "tfopt.train.launch",
-    "cluster_tf_configs": "tfopt.train.launch",
+    "synchronize_batch_norm": "tfopt.train.sync_batch_norm",
+    # distribute: strategy, cluster configuration, launcher, Keras multi-worker fix
+    "select_strategy": "tfopt.distribute.strategy",
+    "plan_strategy": "tfopt.distribute.strategy",
+    "StrategyChoice": "tfopt.distribute.strategy",
+    "fix_keras_multi_worker": "tfopt.distribute.keras_multi_worker",
+    "launch_workers": "tfopt.distribute.launch",
+    "cluster_tf_configs": "tfopt.distribute.launch",
     # bench
     "BenchSettings": "tfopt.bench.pipeline",
     "run_pipeline_bench": "tfopt.bench.pipeline",

@@ -9,7 +9,7 @@ import json
 
 import click
 
-from tfopt.train.launch import (
+from tfopt.distribute.launch import (
     DEFAULT_ATTEMPTS,
     DEFAULT_GRACE_SECONDS,
     cluster_tf_configs,

@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("keras")
 
-from tfopt.train.launch import launch_workers  # noqa: E402
+from tfopt.distribute.launch import launch_workers  # noqa: E402
 
 EPOCHS = 4
 

@@ -17,7 +17,7 @@ cluster it sees) + a builder per kind. The "auto" rules, first match wins:
    logical CPU devices of one machine adds copies and an all-reduce but no compute.
 
 A name other than "auto" overrides the rules. Building a multi-worker strategy also applies
-:func:`tfopt.train.keras_compat.fix_keras_multi_worker`, without which Keras 3 cannot train
+:func:`tfopt.distribute.keras_multi_worker.fix_keras_multi_worker`, without which Keras 3 cannot train
 under it. Every result holds a real strategy object, so
 ``with choice.strategy.scope():`` always works.
 """
@@ -36,8 +36,8 @@ from typing import Any
 
 from tfopt._tf import import_tensorflow
 from tfopt._validate import choice, require
+from tfopt.distribute.keras_multi_worker import fix_keras_multi_worker
 from tfopt.errors import InvalidArgumentError
-from tfopt.train.keras_compat import fix_keras_multi_worker
 
 logger = logging.getLogger("tfopt")
 

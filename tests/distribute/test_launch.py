@@ -13,14 +13,14 @@ import pytest
 from click.testing import CliRunner
 
 from tfopt.cli.launch import launch
-from tfopt.errors import InvalidArgumentError
-from tfopt.train.launch import (
+from tfopt.distribute.launch import (
     cluster_tf_configs,
     free_ports,
     launch_workers,
     parse_hosts,
     tf_config,
 )
+from tfopt.errors import InvalidArgumentError
 
 PY = sys.executable
 

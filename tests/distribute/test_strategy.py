@@ -10,14 +10,14 @@ import textwrap
 import pytest
 from conftest import TWO_LOGICAL_CPUS
 
-from tfopt.errors import InvalidArgumentError
-from tfopt.train.strategy import (
+from tfopt.distribute.strategy import (
     STRATEGY_NAMES,
     StrategyChoice,
     StrategyKind,
     plan_strategy,
     select_strategy,
 )
+from tfopt.errors import InvalidArgumentError
 
 CPU = ["/physical_device:CPU:0"]
 GPUS = [*CPU, "/physical_device:GPU:0", "/physical_device:GPU:1", "/physical_device:GPU:2"]
@@ -186,7 +186,7 @@ def test_select_one_device_builds_it_on_the_cpu(tf, clean_env):
 
 
 MIRRORED_SCRIPT = TWO_LOGICAL_CPUS + textwrap.dedent("""
-    from tfopt.train.strategy import select_strategy
+    from tfopt.distribute.strategy import select_strategy
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(16, 5)).astype("float32")
@@ -236,7 +236,7 @@ def test_mirrored_on_two_logical_cpus_trains_like_one_device():
 WORKER_SCRIPT = textwrap.dedent("""
     import json
     from tfopt._tf import import_tensorflow
-    from tfopt.train.strategy import select_strategy
+    from tfopt.distribute.strategy import select_strategy
     tf = import_tensorflow()
     chosen = select_strategy()
     print(json.dumps([chosen.name, chosen.replicas,
@@ -245,7 +245,7 @@ WORKER_SCRIPT = textwrap.dedent("""
 
 
 def test_auto_under_tfopt_launch_is_multi_worker_with_a_replica_per_worker():
-    from tfopt.train.launch import launch_workers
+    from tfopt.distribute.launch import launch_workers
 
     lines = []
     result = launch_workers([sys.executable, "-c", WORKER_SCRIPT], 2, grace_seconds=5,
