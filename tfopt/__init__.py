@@ -82,10 +82,12 @@ _LAZY_EXPORTS = {
     # distribute: strategy, cluster configuration, launcher, Keras multi-worker fix
     "select_strategy": "tfopt.distribute.strategy",
     "plan_strategy": "tfopt.distribute.strategy",
-    "StrategyChoice": "tfopt.distribute.strategy",
+    "StrategyPlan": "tfopt.distribute.strategy",
     "fix_keras_multi_worker": "tfopt.distribute.keras_multi_worker",
+    "cluster_info": "tfopt.distribute.cluster",
+    "ClusterInfo": "tfopt.distribute.cluster",
+    "cluster_tf_configs": "tfopt.distribute.cluster",
     "launch_workers": "tfopt.distribute.launch",
-    "cluster_tf_configs": "tfopt.distribute.launch",
     # bench
     "BenchSettings": "tfopt.bench.pipeline",
     "run_pipeline_bench": "tfopt.bench.pipeline",

@@ -32,8 +32,7 @@ TRAIN_SCRIPT = textwrap.dedent(f"""
 
     fix = sys.argv[1] == "fix"
     if fix:
-        chosen = tfopt.select_strategy()
-        strategy = chosen.strategy
+        strategy = tfopt.select_strategy()
     else:  # Keras as it ships
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     rng = np.random.default_rng(0)

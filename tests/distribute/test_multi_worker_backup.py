@@ -34,7 +34,7 @@ TRAIN_SCRIPT = textwrap.dedent(f"""
     from tfopt.train.backup import backup_callbacks
 
     run, marker = sys.argv[1], sys.argv[2]  # marker: "none", or kill worker 1 once
-    strategy = tfopt.select_strategy().strategy
+    strategy = tfopt.select_strategy()
     worker = strategy.cluster_resolver.task_id
 
     # every save either callback makes, and where: the test checks who writes what

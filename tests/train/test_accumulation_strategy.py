@@ -75,7 +75,7 @@ WORKER_SCRIPT = textwrap.dedent("""
     from tfopt.distribute.strategy import select_strategy
 
     workers = "TF_CONFIG" in os.environ
-    strategy = select_strategy().strategy if workers else tf.distribute.get_strategy()
+    strategy = select_strategy() if workers else tf.distribute.get_strategy()
     rng = np.random.default_rng(0)
     x = rng.normal(size=(256, 8)).astype("float32")
     y = rng.integers(0, 3, 256)

@@ -21,7 +21,6 @@ import os
 import queue
 import re
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -29,11 +28,10 @@ from collections.abc import Callable, Mapping, Sequence
 
 from tfopt._system import parent_death_signal
 from tfopt._validate import require
+from tfopt.distribute.cluster import LOCALHOST, free_ports, tf_config
 from tfopt.errors import InvalidArgumentError
 
 logger = logging.getLogger("tfopt")
-
-LOCALHOST = "localhost"
 
 # Seconds a stopped worker gets to exit after SIGTERM/SIGINT before SIGKILL: enough for a
 # Python worker to unwind and flush, short enough that a failed job ends promptly.
@@ -60,117 +58,6 @@ _POLL_SECONDS = 0.05
 _SIGNAL_EXIT_BASE = 128
 
 OnLine = Callable[[int, str, str], None]
-
-
-def parse_hosts(hosts: str | Sequence[str]) -> list[str]:
-    """``["host1:2222", "host2:2222"]`` from ``"host1:2222,host2:2222"`` (or a list), checked.
-
-    Args:
-        hosts: Comma-separated ``host:port`` addresses, or a list of them; IPv6 hosts in
-            brackets (``[::1]:2222``).
-
-    Raises:
-        InvalidArgumentError: An address without a port, a port outside 1-65535, an empty
-            list, or the same address twice.
-
-    Example:
-        >>> parse_hosts("10.0.0.1:2222,10.0.0.2:2222")
-        ['10.0.0.1:2222', '10.0.0.2:2222']
-    """
-    items = hosts.split(",") if isinstance(hosts, str) else list(hosts)
-    addresses = [item.strip() for item in items if item.strip()]
-    require(bool(addresses), "hosts", hosts, "one or more host:port addresses, comma-separated")
-    for address in addresses:
-        host, _, port = address.rpartition(":")
-        valid = bool(host) and port.isdigit() and 1 <= int(port) <= 65535
-        require(valid, "hosts", address,
-                "host:port with a port from 1 to 65535, e.g. worker0.example.com:2222")
-    duplicates = sorted({a for a in addresses if addresses.count(a) > 1})
-    require(not duplicates, "hosts", ",".join(duplicates), "each address once")
-    return addresses
-
-
-def free_ports(count: int, host: str = LOCALHOST) -> list[int]:
-    """``count`` distinct TCP ports free on ``host`` now.
-
-    Each comes from binding a socket to port 0 (the kernel picks a free one); all sockets stay
-    open until every port is found, so the ports differ. They are free when returned, not
-    reserved: :func:`launch_workers` retries when a worker finds its port taken.
-
-    Args:
-        count: How many ports.
-        host: The address to bind. Defaults to "localhost".
-
-    Raises:
-        InvalidArgumentError: ``count`` < 1.
-
-    Example:
-        >>> free_ports(2)
-        [41263, 37811]
-    """
-    require(isinstance(count, int) and count >= 1, "count", count, "an integer >= 1")
-    with contextlib.ExitStack() as stack:
-        ports = []
-        for _ in range(count):
-            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind((host, 0))
-            ports.append(sock.getsockname()[1])
-    return ports
-
-
-def tf_config(workers: Sequence[str], index: int, task_type: str = "worker") -> dict:
-    """The ``TF_CONFIG`` of task ``index`` in a cluster of ``workers``.
-
-    Args:
-        workers: Every worker's ``host:port``, in task order.
-        index: This task's position in ``workers``.
-        task_type: The task type. Defaults to "worker" (worker 0 is the chief under
-            ``MultiWorkerMirroredStrategy``).
-
-    Raises:
-        InvalidArgumentError: ``index`` is outside ``workers``.
-
-    Example:
-        >>> tf_config(["localhost:2222", "localhost:2223"], 1)
-        {'cluster': {'worker': ['localhost:2222', 'localhost:2223']}, 'task': {'type': 'worker', 'index': 1}}
-    """
-    require(isinstance(index, int) and 0 <= index < len(workers), "index", index,
-            f"a task index from 0 to {len(workers) - 1}")
-    return {"cluster": {task_type: list(workers)}, "task": {"type": task_type, "index": index}}
-
-
-def cluster_tf_configs(workers: int | None = None, hosts: str | Sequence[str] | None = None,
-                       host: str = LOCALHOST) -> list[dict]:
-    """The ``TF_CONFIG`` of every worker of a cluster, without starting anything.
-
-    Give ``hosts`` for a real cluster (one address per worker), or ``workers`` for that many
-    free ports on ``host``.
-
-    Args:
-        workers: Worker count; must equal the number of ``hosts`` when both are given.
-            Defaults to None (the number of ``hosts``).
-        hosts: ``host:port`` addresses, comma-separated or a list. Defaults to None (free
-            ports on ``host``).
-        host: The host of found ports. Defaults to "localhost" (servers bind to localhost
-            unless addresses are given).
-
-    Raises:
-        InvalidArgumentError: Neither ``workers`` nor ``hosts``, a bad address, or a count that
-            does not match ``hosts``.
-
-    Example:
-        >>> for config in cluster_tf_configs(hosts="node1:2222,node2:2222"):
-        ...     print(json.dumps(config))
-    """
-    if hosts is not None:
-        addresses = parse_hosts(hosts)
-        require(workers is None or workers == len(addresses), "workers", workers,
-                f"the number of hosts ({len(addresses)}) or nothing")
-    else:
-        require(isinstance(workers, int) and workers >= 1, "workers", workers,
-                "an integer >= 1 (or hosts)")
-        addresses = [f"{host}:{port}" for port in free_ports(workers, host)]
-    return [tf_config(addresses, index) for index in range(len(addresses))]
 
 
 @dataclasses.dataclass(frozen=True)
