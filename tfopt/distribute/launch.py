@@ -1,19 +1,20 @@
 """A local multi-worker launcher: what torchrun is to PyTorch, for ``tf.distribute``.
 
 :func:`launch_workers` starts N copies of a command on this machine, each with a ``TF_CONFIG``
-naming all N workers on free localhost ports and its own task index, streams their output line
-by line to a callback, and ends the job as a whole: the first worker to fail stops the others
-and its exit code is the job's; SIGINT/SIGTERM to the launcher are forwarded to every worker.
-:func:`cluster_tf_configs` builds the per-worker ``TF_CONFIG`` of a real cluster without
-starting anything.
+naming all N workers on free localhost ports (:func:`tfopt.distribute.cluster.tf_config`),
+streams their output line by line to a callback, and ends the job as a whole: the first worker
+to fail stops the others and its exit code is the job's; SIGINT/SIGTERM to the launcher are
+forwarded to every worker. The processes are run by :class:`tfopt._supervisor.Supervisor`.
+No TensorFlow (or Keras) is imported: the launcher only starts processes.
 
-This module does not import TensorFlow: the launcher only starts processes.
+Example:
+    >>> result = launch_workers(["python", "train.py"], 2)
+    >>> sys.exit(result.exit_code)
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import json
 import logging
@@ -26,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from tfopt._system import parent_death_signal
+from tfopt._supervisor import POLL_SECONDS, SIGNAL_EXIT_BASE, Supervisor, exit_code
 from tfopt._validate import require
 from tfopt.distribute.cluster import LOCALHOST, free_ports, tf_config
 from tfopt.errors import InvalidArgumentError
@@ -50,12 +51,6 @@ _TAIL_LINES = 50
 _PORT_CLASH = re.compile(
     r"address already in use|errno 98|failed to add port|could not start grpc server|"
     r"unable to bind|failed to bind", re.IGNORECASE)
-
-# How often, in seconds, the launcher checks for exited workers while no output arrives.
-_POLL_SECONDS = 0.05
-
-# A worker killed by signal N reports -N; shells and this launcher report 128 + N.
-_SIGNAL_EXIT_BASE = 128
 
 OnLine = Callable[[int, str, str], None]
 
@@ -94,10 +89,6 @@ class _PortClash(Exception):
     pass
 
 
-def _exit_code(returncode: int) -> int:
-    return _SIGNAL_EXIT_BASE - returncode if returncode < 0 else returncode
-
-
 def _read_lines(pipe, worker: int, stream: str, lines: queue.Queue) -> None:
     with pipe:
         for raw in iter(pipe.readline, b""):
@@ -106,18 +97,16 @@ def _read_lines(pipe, worker: int, stream: str, lines: queue.Queue) -> None:
 
 
 class _Job:
-    """One attempt: N worker processes, their output readers, and their shutdown."""
+    """One attempt: N worker processes of ``supervisor`` and their output readers."""
 
-    def __init__(self, command, addresses, env, on_line: OnLine, grace: float):
+    def __init__(self, supervisor: Supervisor, command, addresses, env, on_line: OnLine):
+        self.supervisor = supervisor
         self.addresses = addresses
         self.on_line = on_line
-        self.grace = grace
         self.lines: queue.Queue = queue.Queue()
         self.tails = [collections.deque(maxlen=_TAIL_LINES) for _ in addresses]
         self.open_streams = [0] * len(addresses)  # per worker: its pipes not yet at EOF
-        self.processes: list[subprocess.Popen] = []
-        # die with SIGTERM if the launcher dies, so that no worker waits for its peers forever
-        before_exec = parent_death_signal(signal.SIGTERM)
+        self.processes = []
         try:
             for index in range(len(addresses)):
                 worker_env = dict(env)
@@ -125,20 +114,20 @@ class _Job:
                 # Python block-buffers a pipe: without this a worker's lines would arrive
                 # only when its buffer fills or it exits
                 worker_env.setdefault("PYTHONUNBUFFERED", "1")
-                process = subprocess.Popen(
-                    list(command), env=worker_env, stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    # its own process group: signals reach the worker's children too, and a
-                    # terminal's Ctrl-C reaches the launcher alone, which forwards it once
-                    start_new_session=True,
-                    preexec_fn=before_exec)
+                # its own session (the supervisor's default): signals reach the worker's
+                # children too, and a terminal's Ctrl-C reaches the launcher alone, which
+                # forwards it once; it gets SIGTERM if the launcher dies, so that no worker
+                # waits for its peers forever
+                process = supervisor.start(list(command), env=worker_env,
+                                           stdin=subprocess.DEVNULL,
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
                 self.processes.append(process)
                 for stream, pipe in (("stdout", process.stdout), ("stderr", process.stderr)):
                     threading.Thread(target=_read_lines, args=(pipe, index, stream, self.lines),
                                      daemon=True).start()
                     self.open_streams[index] += 1
         except OSError as error:
-            self.stop(signal.SIGKILL)
+            supervisor.stop(signal.SIGKILL)
             raise InvalidArgumentError(
                 f"command={list(command)!r}: cannot start it ({error.strerror or error}). "
                 "Hint: give the program and its arguments, e.g. python train.py") from None
@@ -160,30 +149,9 @@ class _Job:
             self.tails[worker].append(line)
             self.on_line(worker, stream, line)
 
-    def send(self, signum: int, only_running: bool = True) -> None:
-        for process in self.processes:
-            if only_running and process.poll() is not None:
-                continue
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signum)
-
-    def wait_all(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.pump(_POLL_SECONDS)
-            if all(process.poll() is not None for process in self.processes):
-                return True
-        return all(process.poll() is not None for process in self.processes)
-
-    def stop(self, signum: int = signal.SIGTERM) -> None:
-        """Send ``signum`` to every running worker, then SIGKILL after the grace period."""
-        self.send(signum)
-        if signum != signal.SIGKILL and self.wait_all(self.grace):
-            return
-        self.send(signal.SIGKILL)
-        for process in self.processes:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=5)
+    def stop(self, signum: int | None = signal.SIGTERM) -> None:
+        """``signum`` to every running worker, SIGKILL after the grace period; output read."""
+        self.supervisor.stop(signum, tick=self.pump)
 
     def finish_output(self, worker: int | None = None) -> None:
         """Hand on what the workers (or one ``worker``) printed last, up to their pipes' end."""
@@ -191,74 +159,38 @@ class _Job:
         deadline = time.monotonic() + 5  # a worker's child may hold a pipe open: don't hang
         while (any(self.open_streams[index] > 0 for index in workers)
                and time.monotonic() < deadline):
-            self.pump(_POLL_SECONDS)
+            self.pump(POLL_SECONDS)
         self.pump(0)
 
 
-@contextlib.contextmanager
-def _forwarded_signals(received: list):
-    """Record SIGINT/SIGTERM in ``received`` instead of dying; restore the handlers after.
-
-    A SIGINT that is ignored on entry (a background job of a non-interactive shell) stays
-    ignored. Only the main thread may set handlers; elsewhere nothing is forwarded.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    saved = {}
-
-    def handler(signum, frame):
-        received.append(signum)
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        current = signal.getsignal(signum)
-        if current == signal.SIG_IGN:
-            continue
-        saved[signum] = current
-        signal.signal(signum, handler)
-    try:
-        yield
-    finally:
-        for signum, previous in saved.items():
-            signal.signal(signum, previous)
-
-
-def _run_attempt(job: _Job, received: list, may_retry: bool) -> LaunchResult | None:
-    failed = None
+def _run_attempt(job: _Job, may_retry: bool) -> LaunchResult | None:
+    supervisor = job.supervisor
     while True:
-        job.pump(_POLL_SECONDS)
-        if received:
-            signum = received[0]
+        job.pump(POLL_SECONDS)
+        if supervisor.received:
+            signum = supervisor.received[0]
             logger.info("got %s: stopping the workers", signal.Signals(signum).name)
-            # forward the signal itself: a Python worker turns SIGINT into KeyboardInterrupt
-            # and can unwind (save, close files) before it exits
-            job.send(signum)
-            deadline = time.monotonic() + job.grace
-            while (time.monotonic() < deadline and len(received) == 1
-                   and any(process.poll() is None for process in job.processes)):
-                job.pump(_POLL_SECONDS)
-            # after the grace period, or at a second Ctrl-C: no more waiting
-            job.stop(signal.SIGKILL)
+            # the supervisor forwarded the signal itself (a Python worker turns SIGINT into
+            # KeyboardInterrupt and can unwind); SIGKILL after the grace period, or at once
+            # at a second Ctrl-C
+            job.stop(None)
             job.finish_output()
-            return LaunchResult(_SIGNAL_EXIT_BASE + received[0], None, received[0], 0,
+            return LaunchResult(SIGNAL_EXIT_BASE + signum, None, signum, 0,
                                 tuple(job.addresses))
         codes = [process.poll() for process in job.processes]
-        for index, code in enumerate(codes):
-            if code not in (None, 0):
-                failed = index
-                break
+        failed = next((index for index, code in enumerate(codes) if code not in (None, 0)),
+                      None)
         if failed is not None:
-            code = codes[failed]
+            code = exit_code(codes[failed])
             job.finish_output(failed)  # its last lines: the error, and a port clash's sign
             if may_retry and any(_PORT_CLASH.search(line) for line in job.tails[failed]):
                 job.stop(signal.SIGTERM)
                 job.finish_output()
                 raise _PortClash()
-            logger.info("worker %d exited with code %d: stopping the others",
-                        failed, _exit_code(code))
+            logger.info("worker %d exited with code %d: stopping the others", failed, code)
             job.stop(signal.SIGTERM)
             job.finish_output()
-            return LaunchResult(_exit_code(code), failed, None, 0, tuple(job.addresses))
+            return LaunchResult(code, failed, None, 0, tuple(job.addresses))
         if all(code == 0 for code in codes):
             job.finish_output()
             return LaunchResult(0, None, None, 0, tuple(job.addresses))
@@ -307,21 +239,19 @@ def launch_workers(command: Sequence[str], workers: int, *, on_line: OnLine | No
     require(isinstance(attempts, int) and attempts >= 1, "attempts", attempts, "an integer >= 1")
     on_line = on_line or (lambda worker, stream, line: None)
     env = dict(os.environ if env is None else env)
-    received: list[int] = []
-    with _forwarded_signals(received):
+    # the supervisor forwards SIGINT/SIGTERM to the workers and, on any way out of this
+    # block, stops those still running (SIGKILL at once after an exception)
+    with Supervisor(grace_seconds, death_signal=signal.SIGTERM) as supervisor:
         for attempt in range(1, attempts + 1):
             addresses = [f"{host}:{port}" for port in free_ports(workers, host)]
             logger.info("launch attempt %d: %d workers on %s", attempt, workers,
                         ", ".join(addresses))
-            job = _Job(command, addresses, env, on_line, grace_seconds)
+            job = _Job(supervisor, command, addresses, env, on_line)
             try:
-                result = _run_attempt(job, received, may_retry=attempt < attempts)
+                result = _run_attempt(job, may_retry=attempt < attempts)
             except _PortClash:
                 logger.warning("a worker could not bind its port; relaunching on new ports "
                                "(attempt %d of %d)", attempt + 1, attempts)
                 continue
-            except BaseException:
-                job.stop(signal.SIGKILL)  # never leave workers behind
-                raise
             return dataclasses.replace(result, attempts=attempt)
     raise AssertionError("unreachable: the last attempt returns")
