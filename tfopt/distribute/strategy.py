@@ -14,10 +14,11 @@ Raises:
 
 Example:
     >>> plan = plan_strategy()
-    >>> print(plan.describe())
-    >>> with select_strategy(plan).scope():
+    >>> strategy = select_strategy(plan)
+    >>> print(plan.describe(strategy))
+    >>> with strategy.scope():
     ...     model = build_model()
-    >>> dataset = dataset.batch(plan.global_batch(64))
+    >>> dataset = dataset.batch(plan.global_batch(64, strategy))
 """
 
 from __future__ import annotations
