@@ -18,6 +18,7 @@ import time
 import pytest
 
 from tfopt._supervisor import Supervisor, exit_code
+from tfopt.errors import InvalidArgumentError
 
 PY = sys.executable
 TIMEOUT = 30  # seconds for anything to happen on a loaded 2-core machine
@@ -91,6 +92,13 @@ def test_a_missing_program_is_oserror_as_popen_raises_it(tmp_path):
         with pytest.raises(PermissionError):
             supervisor.start([str(not_executable)])
     assert supervisor.processes == ()
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(InvalidArgumentError, match="grace_seconds=-1"):
+        Supervisor(grace_seconds=-1)
+    with pytest.raises(InvalidArgumentError, match="command=\\[\\]"):
+        Supervisor().start([])
 
 
 def test_the_command_sees_its_own_argv_and_environment():

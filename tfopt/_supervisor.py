@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from tfopt._system import parent_death_signal
+from tfopt._validate import fail, number
 
 logger = logging.getLogger("tfopt")
 
@@ -130,15 +131,14 @@ class Supervisor:
             (its children too). Defaults to True.
 
     Raises:
-        ValueError: ``grace_seconds`` < 0.
+        InvalidArgumentError: ``grace_seconds`` is not a number >= 0.
     """
 
     def __init__(self, grace_seconds: float = DEFAULT_GRACE_SECONDS, *,
                  death_signal: int | None = signal.SIGTERM, forward_signals: bool = True,
                  own_session: bool = True):
-        if not grace_seconds >= 0:
-            raise ValueError(f"grace_seconds={grace_seconds!r}: expected a number >= 0")
-        self.grace_seconds = float(grace_seconds)
+        self.grace_seconds = number(grace_seconds, "grace_seconds", low=0.0,
+                                    expected="a number of seconds >= 0")
         self.death_signal = death_signal
         self.forward_signals = forward_signals
         self.own_session = own_session
@@ -201,11 +201,12 @@ class Supervisor:
             The ``subprocess.Popen`` of the child.
 
         Raises:
+            InvalidArgumentError: An empty ``command``.
             OSError: The program cannot be found or executed (as Popen raises it).
         """
         command = [os.fspath(part) for part in command]
         if not command:
-            raise ValueError("command=[]: expected a program and its arguments")
+            raise fail("command", command, "a program and its arguments")
         argv = command
         if self.death_signal is not None and sys.executable \
                 and parent_death_signal(self.death_signal) is not None:
