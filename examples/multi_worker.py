@@ -80,9 +80,11 @@ def demo_shards(work: Path, preparing: bool, images: int = DEMO_IMAGES) -> Path:
 
 
 def train(shards: Path, work: Path, epochs: int) -> None:
-    chosen = tfopt.select_strategy()  # before any other TensorFlow work: it sets up the cluster
-    print(chosen.describe(), flush=True)
-    global_batch = chosen.global_batch(PER_REPLICA_BATCH)
+    plan = tfopt.plan_strategy()
+    # before any other TensorFlow work: it sets up the cluster
+    strategy = tfopt.select_strategy(plan)
+    print(plan.describe(strategy), flush=True)
+    global_batch = plan.global_batch(PER_REPLICA_BATCH, strategy)
 
     train_data = tfopt.PipelineBuilder(shards, batch_size=global_batch, training=True,
                                        image_size=IMAGE_SIZE, seed=0)
@@ -91,7 +93,7 @@ def train(shards: Path, work: Path, epochs: int) -> None:
                                       split="validation")
     classes = len(tfopt.read_manifest(shards).class_names)
 
-    with tfopt.enable_policy(tfopt.choose_policy()), chosen.strategy.scope():
+    with tfopt.enable_policy(tfopt.choose_policy()), strategy.scope():
         keras.utils.set_random_seed(0)  # the same initial weights on every worker
         model = build_model("cnn", image_size=IMAGE_SIZE, classes=classes)
         # batch-norm statistics over the global batch: without it Keras 3 keeps them per
@@ -112,7 +114,7 @@ def train(shards: Path, work: Path, epochs: int) -> None:
     rate = last["examples_per_second"]
     # NaN when the epoch had no step left after the callback's warm-up steps
     speed = "n/a (epoch too short to time)" if math.isnan(rate) else f"{rate:.0f}"
-    print(f"done: {chosen.replicas} replica(s), val_accuracy {accuracy:.3f}, "
+    print(f"done: {strategy.num_replicas_in_sync} replica(s), val_accuracy {accuracy:.3f}, "
           f"{speed} examples/s (global), "
           f"weights crc32 {zlib.crc32(weights):08x}", flush=True)
 

@@ -37,10 +37,10 @@ def train(shards: Path, work: Path, epochs: int) -> dict:
     # 4. strategy first: it decides the global batch. select_strategy picks TPU, several
     #    workers (TF_CONFIG, Slurm), mirrored GPUs or one GPU, and the default strategy on a
     #    CPU-only machine; tf.distribute.get_strategy() is that default strategy
-    chosen = tfopt.select_strategy()
-    print(chosen.describe())
-    strategy = chosen.strategy
-    global_batch = chosen.global_batch(BATCH_SIZE)  # BATCH_SIZE per replica
+    plan = tfopt.plan_strategy()  # what and why, decided without building anything
+    strategy = tfopt.select_strategy(plan)
+    print(plan.describe(strategy))
+    global_batch = plan.global_batch(BATCH_SIZE, strategy)  # BATCH_SIZE per replica
 
     # 2. pipelines: training shuffles, decodes in parallel and caches what fits in RAM;
     #    evaluation reads every record once, in order

@@ -72,10 +72,10 @@ WORKER_SCRIPT = textwrap.dedent("""
     import keras
     import numpy as np
     from tfopt.train.accumulation import make_optimizer
-    from tfopt.train.strategy import select_strategy
+    from tfopt.distribute.strategy import select_strategy
 
     workers = "TF_CONFIG" in os.environ
-    strategy = select_strategy().strategy if workers else tf.distribute.get_strategy()
+    strategy = select_strategy() if workers else tf.distribute.get_strategy()
     rng = np.random.default_rng(0)
     x = rng.normal(size=(256, 8)).astype("float32")
     y = rng.integers(0, 3, 256)
@@ -101,7 +101,7 @@ def test_accumulation_with_two_workers_equals_one_process_on_the_big_batch(tmp_p
 
     import numpy as np
 
-    from tfopt.train.launch import launch_workers
+    from tfopt.distribute.launch import launch_workers
 
     script = tmp_path / "workers.py"
     script.write_text(WORKER_SCRIPT)

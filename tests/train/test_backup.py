@@ -1,5 +1,5 @@
 """Backups: file layout, atomic writes, a plain Keras backup, the best model surviving a
-restart, and a SIGKILL mid-epoch. Two workers: tests/train/test_multi_worker_backup.py."""
+restart, and a SIGKILL mid-epoch. Two workers: tests/distribute/test_multi_worker_backup.py."""
 
 from __future__ import annotations
 

@@ -119,7 +119,7 @@ def test_fusing_twice_changes_nothing_and_a_saved_model_loads_as_plain_keras(tmp
 
 def test_not_a_model_is_named():
     from tfopt.errors import InvalidArgumentError
-    from tfopt.train.keras_compat import synchronize_batch_norm
+    from tfopt.train.sync_batch_norm import synchronize_batch_norm
 
     for function in (fuse_batch_norm, synchronize_batch_norm):
         with pytest.raises(InvalidArgumentError, match=r"\(model\): expected a Keras model, "
@@ -129,7 +129,7 @@ def test_not_a_model_is_named():
 
 def test_synchronizing_a_fused_model_is_refused_and_the_other_way_works():
     from tfopt.errors import InvalidArgumentError
-    from tfopt.train.keras_compat import synchronize_batch_norm
+    from tfopt.train.sync_batch_norm import synchronize_batch_norm
 
     fused = conv_bn_model()
     fuse_batch_norm(fused)

@@ -9,12 +9,8 @@ import json
 
 import click
 
-from tfopt.train.launch import (
-    DEFAULT_ATTEMPTS,
-    DEFAULT_GRACE_SECONDS,
-    cluster_tf_configs,
-    launch_workers,
-)
+from tfopt.distribute.cluster import cluster_tf_configs
+from tfopt.distribute.launch import DEFAULT_ATTEMPTS, DEFAULT_GRACE_SECONDS, launch_workers
 
 
 @click.command("launch", context_settings={

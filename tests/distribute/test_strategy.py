@@ -10,14 +10,14 @@ import textwrap
 import pytest
 from conftest import TWO_LOGICAL_CPUS
 
-from tfopt.errors import InvalidArgumentError
-from tfopt.train.strategy import (
+from tfopt.distribute.strategy import (
     STRATEGY_NAMES,
-    StrategyChoice,
     StrategyKind,
+    StrategyPlan,
     plan_strategy,
     select_strategy,
 )
+from tfopt.errors import InvalidArgumentError
 
 CPU = ["/physical_device:CPU:0"]
 GPUS = [*CPU, "/physical_device:GPU:0", "/physical_device:GPU:1", "/physical_device:GPU:2"]
@@ -157,36 +157,57 @@ def test_a_bad_device_name_is_a_clear_error():
 # -- the result --------------------------------------------------------------------------
 
 
-def test_choice_reports_the_global_batch_and_refuses_none():
-    chosen = StrategyChoice(strategy=object(), name="mirrored", reason="r", replicas=4)
-    assert chosen.global_batch(32) == 128
+def test_plan_reports_its_replicas_and_the_global_batch():
+    mirrored = plan("mirrored", devices=GPUS, nccl=True)
+    assert (mirrored.name, mirrored.replicas, mirrored.workers) == ("mirrored", 3, 1)
+    assert mirrored.global_batch(32) == 96
     for bad in (0, -1, 2.5, True):
         with pytest.raises(InvalidArgumentError, match="per_replica_batch"):
-            chosen.global_batch(bad)
-    with pytest.raises(InvalidArgumentError, match="strategy"):
-        StrategyChoice(strategy=None, name="default", reason="r", replicas=1)
+            mirrored.global_batch(bad)
     with pytest.raises(InvalidArgumentError, match="replicas"):
-        chosen.replace(replicas=0)
+        mirrored.replace(replicas=0)
+    assert plan().replicas == plan("one_device", devices=GPUS).replicas == 1
+    assert "MirroredStrategy" in mirrored.describe() and "nccl" in mirrored.describe()
+
+
+def test_a_multi_worker_plan_counts_workers_and_leaves_replicas_to_the_strategy():
+    chosen = plan(cluster=TWO_WORKERS)
+    assert (chosen.workers, chosen.replicas) == (2, None)
+    assert "known once built" in chosen.describe()
+    with pytest.raises(InvalidArgumentError, match="pass the strategy"):
+        chosen.global_batch(32)
+
+    class Built:  # what global_batch reads of a built strategy
+        num_replicas_in_sync = 4
+
+    assert chosen.global_batch(32, Built()) == 128
+    assert "replicas     4" in chosen.describe(Built())
+    with pytest.raises(InvalidArgumentError, match="kind"):
+        StrategyPlan("auto", "r")
 
 
 # -- built for real on this machine ----------------------------------------------------------
 
 
 def test_select_on_this_cpu_only_machine_is_the_default_strategy(tf, clean_env):
-    chosen = select_strategy()
-    assert chosen.name == "default" and chosen.strategy is tf.distribute.get_strategy()
-    assert chosen.replicas == 1 and chosen.global_batch(64) == 64
-    assert "default" in chosen.describe()
+    strategy = select_strategy()
+    assert strategy is tf.distribute.get_strategy()
+    with select_strategy().scope():  # the strategy itself, as Model Garden returns it
+        assert tf.distribute.get_strategy() is strategy
+    planned = plan_strategy()
+    assert planned.name == "default" and planned.global_batch(64, strategy) == 64
+    assert "default" in planned.describe(strategy)
 
 
 def test_select_one_device_builds_it_on_the_cpu(tf, clean_env):
-    chosen = select_strategy("one_device")
-    assert isinstance(chosen.strategy, tf.distribute.OneDeviceStrategy)
-    assert chosen.devices == ("/cpu:0",) and chosen.replicas == 1
+    planned = plan_strategy("one_device")
+    strategy = select_strategy(planned)
+    assert isinstance(strategy, tf.distribute.OneDeviceStrategy)
+    assert planned.devices == ("/cpu:0",) and strategy.num_replicas_in_sync == 1
 
 
 MIRRORED_SCRIPT = TWO_LOGICAL_CPUS + textwrap.dedent("""
-    from tfopt.train.strategy import select_strategy
+    from tfopt.distribute.strategy import plan_strategy, select_strategy
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(16, 5)).astype("float32")
@@ -194,7 +215,7 @@ MIRRORED_SCRIPT = TWO_LOGICAL_CPUS + textwrap.dedent("""
     initial = [rng.normal(size=(5, 1)).astype("float32"), np.zeros(1, "float32")]
 
     def train(chosen, per_replica_batch):
-        with chosen.strategy.scope():
+        with select_strategy(chosen).scope():
             model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(1)])
             model.set_weights(initial)
             model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
@@ -204,12 +225,13 @@ MIRRORED_SCRIPT = TWO_LOGICAL_CPUS + textwrap.dedent("""
         model.fit(data, epochs=1, verbose=0)
         return [w.tolist() for w in model.get_weights()]
 
-    auto = select_strategy()
-    mirrored = select_strategy("mirrored")
-    single = select_strategy("default")
+    auto = plan_strategy()
+    mirrored = plan_strategy("mirrored")
+    single = plan_strategy("default")
+    built = select_strategy(mirrored)
     print(json.dumps({
-        "auto": auto.name,
-        "mirrored": [type(mirrored.strategy).__name__, mirrored.replicas,
+        "auto": [auto.name, select_strategy() is tf.distribute.get_strategy()],
+        "mirrored": [type(built).__name__, built.num_replicas_in_sync,
                      list(mirrored.devices), mirrored.global_batch(4)],
         "initial": [w.tolist() for w in initial],
         "mirrored_weights": train(mirrored, 4),
@@ -223,7 +245,8 @@ def test_mirrored_on_two_logical_cpus_trains_like_one_device():
                           text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1])
-    assert result["auto"] == "default"  # logical CPUs alone do not make auto mirror
+    # logical CPUs alone do not make auto mirror
+    assert result["auto"] == ["default", True]
     assert result["mirrored"] == ["MirroredStrategy", 2, ["/cpu:0", "/cpu:1"], 8]
     import numpy as np
 
@@ -236,16 +259,17 @@ def test_mirrored_on_two_logical_cpus_trains_like_one_device():
 WORKER_SCRIPT = textwrap.dedent("""
     import json
     from tfopt._tf import import_tensorflow
-    from tfopt.train.strategy import select_strategy
+    from tfopt.distribute.strategy import plan_strategy, select_strategy
     tf = import_tensorflow()
-    chosen = select_strategy()
-    print(json.dumps([chosen.name, chosen.replicas,
-                      isinstance(chosen.strategy, tf.distribute.MultiWorkerMirroredStrategy)]))
+    planned = plan_strategy()
+    strategy = select_strategy()
+    print(json.dumps([planned.name, strategy.num_replicas_in_sync,
+                      isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)]))
 """)
 
 
 def test_auto_under_tfopt_launch_is_multi_worker_with_a_replica_per_worker():
-    from tfopt.train.launch import launch_workers
+    from tfopt.distribute.launch import launch_workers
 
     lines = []
     result = launch_workers([sys.executable, "-c", WORKER_SCRIPT], 2, grace_seconds=5,

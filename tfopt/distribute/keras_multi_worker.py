@@ -1,57 +1,26 @@
 """Keras 3 ``fit``/``evaluate``/``predict`` under ``MultiWorkerMirroredStrategy``, made to work.
 
-Upstream, Keras 3 training under ``tf.distribute.MultiWorkerMirroredStrategy`` fails before the
-first step (keras-team/keras#20585; TensorFlow's multi-worker Keras tutorial has failed since
-TF 2.16). Two bugs in ``keras/src/backend/tensorflow/trainer.py`` (read on Keras 3.15) cause it:
+Upstream, Keras 3 training under that strategy fails before the first step
+(keras-team/keras#20585). :func:`fix_keras_multi_worker` replaces three private functions of
+``keras/src/backend/tensorflow/trainer.py`` (once per process); :func:`tfopt.select_strategy`
+calls it whenever it builds a multi-worker strategy. It is pinned: silent on the Keras versions
+in :data:`TESTED_KERAS`, a warning on another 3.x that still has those functions, an error where
+they are gone. The failures and the fixes are described in ``docs/distribute.md``.
 
-1. ``TensorFlowTrainer._maybe_symbolic_build`` builds the model from the first batch before
-   training. Given a distributed batch it calls ``strategy.reduce("MEAN", batch, axis=None)``
-   on the whole ``(x, y)`` structure. ``MultiWorkerMirroredStrategy``'s collective ops take one
-   ``PerReplica`` value, so the tuple is handed to ``convert_to_tensor``:
-   ``ValueError: Attempt to convert a value (PerReplica:{...}) ... to a Tensor``. Averaging
-   data over workers was never needed: only the shapes and dtypes are read. The fix takes each
-   value's first local replica, with no communication.
-2. ``reduce_per_replica`` (which turns each step's per-replica logs into one value) reduces in
-   multi-worker mode with ``strategy.reduce("MEAN", v, axis=0)``: the mean over replicas *and*
-   over the value's first axis. The logs are scalars (loss, metric results), which have no
-   axis 0: ``Invalid reduction dimension 0 for input with 0 dimensions``. One machine's path
-   computes ``tf.reduce_mean(local_results, axis=0)``, the mean over replicas only; the fix
-   does the same over all workers, ``strategy.reduce("MEAN", v, axis=None)``.
-
-A third failure follows once those are fixed: with ``steps_per_execution`` > 1 Keras runs the
-steps of an execution in a ``tf.while_loop`` with a ``tf.cond`` around each step, and
-collective ops inside that conditional fail at run time ("You must feed a value for
-placeholder tensor 'while/cond/Placeholder'"). In multi-worker mode the fix runs each step of
-an execution as its own compiled call (see :func:`_multi_worker_multi_step_function`).
-
-Nothing else differs from Keras: gradients are all-reduced by the optimizer as under
-``MirroredStrategy``, datasets are auto-sharded by ``experimental_distribute_dataset``. With
-both fixes, two workers on localhost end with identical weights, equal to one process trained
-on the same global batch (``tests/train/test_keras_multi_worker.py``).
-
-One difference from TensorFlow 2's own Keras is not a crash and is left to the user: Keras 3
-keeps ``BatchNormalization``'s moving mean and variance per replica (variables with aggregation
-"none"), so after multi-worker training each worker holds the statistics of its own batches
-and evaluates, predicts and saves with them. :func:`synchronize_batch_norm` switches a model's
-batch normalisation to statistics over the global batch: every worker then holds the same
-moving statistics, and training matches one process on the same global batch.
-
-:func:`fix_keras_multi_worker` applies the fixes (once per process);
-:func:`tfopt.select_strategy` calls it whenever it builds a multi-worker strategy. It replaces
-private Keras functions, so it is pinned: on the Keras versions in :data:`TESTED_KERAS` it
-applies silently; on another 3.x release that still has the same functions it applies with a
-warning; where they are gone it raises instead of guessing.
+Example:
+    >>> fix_keras_multi_worker()  # before building your own MultiWorkerMirroredStrategy
+    True
 """
 
 from __future__ import annotations
 
 import logging
 
-from tfopt.errors import InvalidArgumentError, TfoptError
+from tfopt.errors import TfoptError
 
 logger = logging.getLogger("tfopt")
 
-__all__ = ["TESTED_KERAS", "fix_keras_multi_worker", "synchronize_batch_norm"]
+__all__ = ["TESTED_KERAS", "fix_keras_multi_worker"]
 
 # Keras releases (major.minor) on which the two-worker tests pass with the fix applied.
 TESTED_KERAS = ("3.15",)
@@ -95,7 +64,7 @@ def fix_keras_multi_worker() -> bool:
     """Make Keras 3 ``fit``, ``evaluate`` and ``predict`` work under MultiWorkerMirroredStrategy.
 
     Safe to call more than once and on one machine: the replaced functions behave as Keras's
-    own except in multi-worker mode. See the module docstring for the upstream failures.
+    own except in multi-worker mode. ``docs/distribute.md`` describes the upstream failures.
 
     Returns:
         True when this call applied the fix, False when it was already applied.
@@ -211,53 +180,3 @@ def _multi_worker_multi_step_function(model, step_function, reduce_per_replica, 
         return outputs
 
     return function
-
-
-def synchronize_batch_norm(model) -> int:
-    """Compute every ``BatchNormalization`` layer's batch statistics over the global batch.
-
-    Sets ``synchronized=True`` (Keras's own option, TensorFlow backend) on each batch
-    normalisation layer of ``model``, nested models included: mean and variance come from an
-    all-reduce over all replicas of all workers (three small all-reduces per layer per step),
-    so the moving statistics are the same on every worker and equal one process's on the same
-    global batch. Without it, Keras 3 keeps them per replica. Call it before the first
-    ``fit``, ``evaluate`` or ``predict`` (the step functions read the setting when traced).
-    On one device it changes nothing but adds those no-op reductions.
-
-    Args:
-        model: A Keras model.
-
-    Returns:
-        How many layers were switched.
-
-    Raises:
-        InvalidArgumentError: ``model`` is not a Keras model, or :func:`fuse_batch_norm` ran on
-            it: the fused kernel computes per-replica statistics, so use one or the other
-            (synchronising on several workers, fusing on one).
-
-    Example:
-        >>> with chosen.strategy.scope():
-        ...     model = build_model()
-        >>> synchronize_batch_norm(model)
-        12
-    """
-    import keras
-
-    from tfopt.train.fused_batch_norm import check_keras_model, is_fused
-
-    check_keras_model(model, "synchronize_batch_norm")
-    layers = list(model._flatten_layers(include_self=False, recursive=True))
-    fused = [layer.name for layer in layers if is_fused(layer)]
-    if fused:
-        raise InvalidArgumentError(
-            f"synchronize_batch_norm(model): fuse_batch_norm already switched {len(fused)} "
-            f"layer(s) of {model.name!r} to the fused kernel ({', '.join(fused[:3])}"
-            f"{', ...' if len(fused) > 3 else ''}), which keeps per-replica statistics; use "
-            "one or the other: synchronize_batch_norm for identical statistics on several "
-            "workers, fuse_batch_norm for speed on one (build the model again without it)")
-    switched = 0
-    for layer in layers:
-        if isinstance(layer, keras.layers.BatchNormalization) and not layer.synchronized:
-            layer.synchronized = True
-            switched += 1
-    return switched

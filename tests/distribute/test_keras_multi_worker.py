@@ -18,7 +18,7 @@ import pytest
 
 keras = pytest.importorskip("keras")
 
-from tfopt.train.launch import launch_workers  # noqa: E402
+from tfopt.distribute.launch import launch_workers  # noqa: E402
 
 GLOBAL_BATCH = 32
 
@@ -32,8 +32,7 @@ TRAIN_SCRIPT = textwrap.dedent(f"""
 
     fix = sys.argv[1] == "fix"
     if fix:
-        chosen = tfopt.select_strategy()
-        strategy = chosen.strategy
+        strategy = tfopt.select_strategy()
     else:  # Keras as it ships
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     rng = np.random.default_rng(0)
@@ -126,24 +125,24 @@ def test_two_workers_train_to_identical_weights_equal_to_one_process(script):
 
 def test_keras_as_shipped_still_fails_so_the_fix_is_needed(script):
     """On the tested Keras releases the fix is needed; a newer release may have fixed it."""
-    from tfopt.train.keras_compat import TESTED_KERAS
+    from tfopt.distribute.keras_multi_worker import TESTED_KERAS
 
     release = ".".join(keras.__version__.split(".")[:2])
     if release not in TESTED_KERAS:
         pytest.skip(f"Keras {keras.__version__} is not among the tested releases "
-                    f"{TESTED_KERAS}: check whether it still needs tfopt/train/keras_compat.py")
+                    f"{TESTED_KERAS}: check whether it still needs tfopt/distribute/keras_multi_worker.py")
     result, reports, lines = run_two_workers(script, "plain")
     assert result.exit_code != 0 and not reports, (
         "Keras now trains under MultiWorkerMirroredStrategy without tfopt's fix: review "
-        "tfopt/train/keras_compat.py")
+        "tfopt/distribute/keras_multi_worker.py")
     assert any("PerReplica" in line for _, line in lines)
 
 
 def test_a_keras_without_the_replaced_functions_is_refused_with_the_tested_versions(monkeypatch):
     from keras.src.backend.tensorflow import trainer
 
+    from tfopt.distribute.keras_multi_worker import TESTED_KERAS, fix_keras_multi_worker
     from tfopt.errors import TfoptError
-    from tfopt.train.keras_compat import TESTED_KERAS, fix_keras_multi_worker
 
     monkeypatch.delattr(trainer.TensorFlowTrainer, "_make_function")
     with pytest.raises(TfoptError, match="TensorFlowTrainer._make_function") as caught:

@@ -13,14 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from tfopt.cli.launch import launch
+from tfopt.distribute.launch import launch_workers
 from tfopt.errors import InvalidArgumentError
-from tfopt.train.launch import (
-    cluster_tf_configs,
-    free_ports,
-    launch_workers,
-    parse_hosts,
-    tf_config,
-)
 
 PY = sys.executable
 
@@ -51,38 +45,7 @@ def is_gone(pid: int) -> bool:
         return True
 
 
-# -- TF_CONFIG --------------------------------------------------------------------------------
-
-
-def test_free_ports_are_distinct_and_bindable():
-    ports = free_ports(4)
-    assert len(set(ports)) == 4 and all(0 < port < 65536 for port in ports)
-
-
-def test_tf_config_names_the_cluster_and_the_task():
-    config = tf_config(["localhost:1", "localhost:2"], 1)
-    assert config == {"cluster": {"worker": ["localhost:1", "localhost:2"]},
-                      "task": {"type": "worker", "index": 1}}
-    with pytest.raises(InvalidArgumentError, match="index=2"):
-        tf_config(["localhost:1", "localhost:2"], 2)
-
-
-def test_parse_hosts_checks_each_address():
-    assert parse_hosts(" a:1, [::1]:2222 ") == ["a:1", "[::1]:2222"]
-    for bad in ("node1", "node1:0", "node1:70000", ":2222", "", "a:1,a:1"):
-        with pytest.raises(InvalidArgumentError, match="hosts"):
-            parse_hosts(bad)
-
-
-def test_cluster_tf_configs_for_hosts_and_for_local_ports():
-    configs = cluster_tf_configs(hosts="node1:2222,node2:2222,node3:2222")
-    assert [c["task"]["index"] for c in configs] == [0, 1, 2]
-    assert all(c["cluster"]["worker"] == ["node1:2222", "node2:2222", "node3:2222"]
-               for c in configs)
-    local = cluster_tf_configs(workers=2)[0]["cluster"]["worker"]
-    assert all(address.startswith("localhost:") for address in local)
-    with pytest.raises(InvalidArgumentError, match="number of hosts"):
-        cluster_tf_configs(workers=3, hosts="node1:2222,node2:2222")
+# -- --print-tf-config --------------------------------------------------------------------------------
 
 
 def test_print_tf_config_prints_one_json_object_per_worker():

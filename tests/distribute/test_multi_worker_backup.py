@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("keras")
 
-from tfopt.train.launch import launch_workers  # noqa: E402
+from tfopt.distribute.launch import launch_workers  # noqa: E402
 
 EPOCHS = 4
 
@@ -34,7 +34,7 @@ TRAIN_SCRIPT = textwrap.dedent(f"""
     from tfopt.train.backup import backup_callbacks
 
     run, marker = sys.argv[1], sys.argv[2]  # marker: "none", or kill worker 1 once
-    strategy = tfopt.select_strategy().strategy
+    strategy = tfopt.select_strategy()
     worker = strategy.cluster_resolver.task_id
 
     # every save either callback makes, and where: the test checks who writes what

@@ -1,43 +1,41 @@
 """The distribution strategy for this machine or cluster: pick it, build it, say why.
 
-:func:`select_strategy` = :func:`plan_strategy` (a pure decision from the devices and the
-cluster it sees) + a builder per kind. The "auto" rules, first match wins:
+:func:`plan_strategy` decides (pure: from the devices and the cluster it is shown) and
+:func:`select_strategy` builds the ``tf.distribute.Strategy`` itself. "auto", first match wins:
+a TPU -> ``TPUStrategy``; several workers (``TF_CONFIG`` or a Slurm step, read by
+:mod:`tfopt.distribute.cluster`) -> ``MultiWorkerMirroredStrategy`` with the Keras 3 fix
+applied; several GPUs -> ``MirroredStrategy`` (NCCL, else hierarchical copy); one GPU ->
+``OneDeviceStrategy``; CPU only -> the default strategy. A name overrides the rules. The rules'
+reasons are in ``docs/distribute.md``.
 
-1. A TPU (a ``TPUClusterResolver`` passed as ``cluster``, ``TPU_NAME`` or ``COLAB_TPU_ADDR`` in
-   the environment, or TPU devices in the device list) -> ``TPUStrategy``.
-2. A cluster of several workers -> ``MultiWorkerMirroredStrategy``: ``TF_CONFIG`` naming more
-   than one worker/chief task, else a Slurm job step of several tasks (``SLURM_NTASKS`` > 1
-   with ``SLURM_JOB_NODELIST``, read through ``SlurmClusterResolver``). This is decided before
-   the local devices are listed: the Slurm resolver hands each task its GPUs through
-   ``CUDA_VISIBLE_DEVICES``, which works only before TensorFlow initialises CUDA.
-3. Several local GPUs -> ``MirroredStrategy`` with NCCL all-reduce, or
-   ``HierarchicalCopyAllReduce`` where NCCL is not available (see :func:`nccl_available`).
-4. One GPU -> ``OneDeviceStrategy("/gpu:0")``.
-5. CPU only -> the default strategy, ``tf.distribute.get_strategy()``: a strategy over several
-   logical CPU devices of one machine adds copies and an all-reduce but no compute.
+Raises:
+    InvalidArgumentError: An unknown strategy name, a malformed ``TF_CONFIG``, a
+        parameter-server cluster, or "tpu" where no TPU is found.
 
-A name other than "auto" overrides the rules. Building a multi-worker strategy also applies
-:func:`tfopt.train.keras_compat.fix_keras_multi_worker`, without which Keras 3 cannot train
-under it. Every result holds a real strategy object, so
-``with choice.strategy.scope():`` always works.
+Example:
+    >>> plan = plan_strategy()
+    >>> strategy = select_strategy(plan)
+    >>> print(plan.describe(strategy))
+    >>> with strategy.scope():
+    ...     model = build_model()
+    >>> dataset = dataset.batch(plan.global_batch(64, strategy))
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import json
 import logging
 import os
 import shutil
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from tfopt._tf import import_tensorflow
-from tfopt._validate import choice, require
+from tfopt._validate import choice, is_int, require
+from tfopt.distribute.cluster import ClusterInfo, cluster_info, parse_tf_config
+from tfopt.distribute.keras_multi_worker import fix_keras_multi_worker
 from tfopt.errors import InvalidArgumentError
-from tfopt.train.keras_compat import fix_keras_multi_worker
 
 logger = logging.getLogger("tfopt")
 
@@ -55,26 +53,31 @@ class StrategyKind(str, enum.Enum):
 
 STRATEGY_NAMES = tuple(kind.value for kind in StrategyKind)
 
-# TF_CONFIG task types that run the model (and so hold replicas) under MultiWorkerMirrored.
-_REPLICA_TASKS = ("chief", "worker")
-
 # Environment variables that name a TPU: Cloud TPU nodes set TPU_NAME, Colab COLAB_TPU_ADDR.
 _TPU_ENV = ("TPU_NAME", "COLAB_TPU_ADDR")
 
 
 @dataclasses.dataclass(frozen=True)
 class StrategyPlan:
-    """What :func:`plan_strategy` decided, before anything is built.
+    """What :func:`plan_strategy` decided: the strategy to build, why, and its replicas.
 
     Attributes:
         kind: The strategy to build; never ``StrategyKind.AUTO``.
         reason: One line naming the fact behind the choice.
         devices: The devices the strategy runs on, e.g. ``("/gpu:0", "/gpu:1")``; empty for the
             default, multi-worker and TPU strategies, which find their own devices.
+            Defaults to ().
         all_reduce: The cross-device all-reduce of a mirrored plan: "nccl",
             "hierarchical_copy" or "reduction_to_one_device"; None for the other kinds.
+            Defaults to None.
         cluster_source: Where a multi-worker or TPU cluster came from: "tf_config", "slurm",
             "resolver", "environment", "devices" or "local"; None for single-machine plans.
+            Defaults to None.
+        workers: Training workers of the cluster (1 on one machine). Defaults to 1.
+        replicas: Model copies that each take a per-replica batch per step, over all workers
+            (the built strategy's ``num_replicas_in_sync``); None where only the built strategy
+            knows (multi-worker: each worker's devices; TPU: its cores). Defaults to None
+            (1 for the default and one-device plans, one per device for mirrored ones).
     """
 
     kind: StrategyKind
@@ -82,6 +85,8 @@ class StrategyPlan:
     devices: tuple[str, ...] = ()
     all_reduce: str | None = None
     cluster_source: str | None = None
+    workers: int = 1
+    replicas: int | None = None
 
     def __post_init__(self):
         if not isinstance(self.kind, StrategyKind):
@@ -89,76 +94,67 @@ class StrategyPlan:
         require(self.kind is not StrategyKind.AUTO, "kind", self.kind.value,
                 "a concrete strategy, not 'auto'")
         object.__setattr__(self, "devices", tuple(self.devices))
+        require(is_int(self.workers) and self.workers >= 1, "workers", self.workers,
+                "an int >= 1")
+        if self.replicas is None:
+            known = {StrategyKind.DEFAULT: 1, StrategyKind.ONE_DEVICE: 1,
+                     StrategyKind.MIRRORED: len(self.devices) or None}
+            object.__setattr__(self, "replicas", known.get(self.kind))
+        require(self.replicas is None or (is_int(self.replicas) and self.replicas >= 1),
+                "replicas", self.replicas, "None or an int >= 1")
 
+    @property
+    def name(self) -> str:
+        """The kind's name: "default", "one_device", "mirrored", "multi_worker" or "tpu"."""
+        return self.kind.value
 
-@dataclasses.dataclass(frozen=True)
-class StrategyChoice:
-    """The distribution strategy chosen for this machine or cluster, and why.
-
-    Attributes:
-        strategy: The ``tf.distribute.Strategy`` itself; never None.
-        name: The kind that was built: "default", "one_device", "mirrored", "multi_worker" or
-            "tpu" (never "auto").
-        reason: One line naming the fact behind the choice.
-        replicas: ``strategy.num_replicas_in_sync``: model copies that each take a per-replica
-            batch per step, over all workers.
-        devices: The local devices of a one-device or mirrored strategy. Defaults to ().
-        all_reduce: The cross-device all-reduce of a mirrored strategy. Defaults to None.
-
-    Example:
-        >>> chosen = select_strategy()
-        >>> with chosen.strategy.scope():
-        ...     model = build_model()
-        >>> model.fit(dataset.batch(chosen.global_batch(64)), epochs=5)
-    """
-
-    strategy: Any
-    name: str
-    reason: str
-    replicas: int
-    devices: tuple[str, ...] = ()
-    all_reduce: str | None = None
-
-    def __post_init__(self):
-        require(self.strategy is not None, "strategy", self.strategy,
-                "a tf.distribute.Strategy, not None")
-        name = self.name if isinstance(self.name, StrategyKind) else choice(
-            StrategyKind, self.name, "name")
-        object.__setattr__(self, "name", name.value)
-        require(self.name != StrategyKind.AUTO.value, "name", self.name, "a concrete strategy")
-        require(isinstance(self.replicas, int) and self.replicas >= 1, "replicas", self.replicas,
-                "an integer >= 1")
-        object.__setattr__(self, "devices", tuple(self.devices))
-
-    def global_batch(self, per_replica_batch: int) -> int:
+    def global_batch(self, per_replica_batch: int, strategy=None) -> int:
         """The batch one step consumes over all replicas: ``per_replica_batch * replicas``.
 
         Batch the dataset with this size; the strategy splits it into per-replica batches.
 
         Args:
             per_replica_batch: Examples each replica computes on per step.
+            strategy: The built strategy, whose ``num_replicas_in_sync`` counts the replicas.
+                Defaults to None (this plan's ``replicas``).
 
         Raises:
-            InvalidArgumentError: ``per_replica_batch`` is not a positive integer.
+            InvalidArgumentError: ``per_replica_batch`` is not a positive integer, or the plan
+                does not know its replicas (multi-worker, TPU) and no ``strategy`` is given.
 
         Example:
-            >>> select_strategy("mirrored").global_batch(32)  # on 4 GPUs
+            >>> plan_strategy("mirrored").global_batch(32)  # on 4 GPUs
             128
         """
-        require(isinstance(per_replica_batch, int) and not isinstance(per_replica_batch, bool)
-                and per_replica_batch >= 1, "per_replica_batch", per_replica_batch,
-                "a positive integer (examples per replica per step)")
-        return per_replica_batch * self.replicas
+        require(is_int(per_replica_batch) and per_replica_batch >= 1, "per_replica_batch",
+                per_replica_batch, "a positive integer (examples per replica per step)")
+        replicas = (self.replicas if strategy is None
+                    else int(strategy.num_replicas_in_sync))
+        if replicas is None:
+            raise InvalidArgumentError(
+                f"global_batch({per_replica_batch}): a {self.name} plan does not know its "
+                "replicas before the strategy is built. Hint: pass the strategy, "
+                "plan.global_batch(64, strategy)")
+        return per_replica_batch * replicas
 
-    def replace(self, **changes) -> StrategyChoice:
+    def replace(self, **changes) -> StrategyPlan:
         """A copy with ``changes`` applied (and validated)."""
         return dataclasses.replace(self, **changes)
 
-    def describe(self) -> str:
-        """Several lines: the strategy class, its replicas and devices, and the reason."""
-        public = _PUBLIC_CLASS.get(self.name) or type(self.strategy).__name__
+    def describe(self, strategy=None) -> str:
+        """Several lines: the strategy class, its replicas and devices, and the reason.
+
+        Args:
+            strategy: The built strategy, for its class and replica count. Defaults to None
+                (what the plan knows).
+        """
+        public = (_PUBLIC_CLASS[self.kind] if strategy is None or self.kind in _NAMED_OTHERWISE
+                  else type(strategy).__name__)
+        replicas = self.replicas if strategy is None else int(strategy.num_replicas_in_sync)
         lines = [f"strategy     {self.name} ({public})",
-                 f"replicas     {self.replicas}"]
+                 f"replicas     {replicas if replicas is not None else 'known once built'}"]
+        if self.workers > 1:
+            lines.append(f"workers      {self.workers}")
         if self.devices:
             lines.append(f"devices      {', '.join(self.devices)}")
         if self.all_reduce:
@@ -167,10 +163,15 @@ class StrategyChoice:
         return "\n".join(lines)
 
 
-# The tf.distribute names of the strategies whose classes are named otherwise (the
-# multi-worker strategy is a CollectiveAllReduceStrategy, the default a private class).
-_PUBLIC_CLASS = {"default": "tf.distribute.get_strategy()",
-                 "multi_worker": "MultiWorkerMirroredStrategy"}
+# The tf.distribute names of the strategies: the multi-worker one is a
+# CollectiveAllReduceStrategy and the default one a private class, so their own class names
+# would mislead.
+_PUBLIC_CLASS = {StrategyKind.DEFAULT: "tf.distribute.get_strategy()",
+                 StrategyKind.ONE_DEVICE: "OneDeviceStrategy",
+                 StrategyKind.MIRRORED: "MirroredStrategy",
+                 StrategyKind.MULTI_WORKER: "MultiWorkerMirroredStrategy",
+                 StrategyKind.TPU: "TPUStrategy"}
+_NAMED_OTHERWISE = (StrategyKind.DEFAULT, StrategyKind.MULTI_WORKER)
 
 
 # -- facts ----------------------------------------------------------------------------------
@@ -238,48 +239,6 @@ def nccl_available(gpu_count: int | None = None) -> bool:
     return True
 
 
-def _parse_tf_config(raw) -> dict:
-    if isinstance(raw, Mapping):
-        return dict(raw)
-    try:
-        parsed = json.loads(raw)
-    except ValueError as error:
-        raise InvalidArgumentError(
-            f"TF_CONFIG is not valid JSON ({error}): {raw[:200]!r}; expected "
-            '{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", '
-            '"index": 0}}') from None
-    require(isinstance(parsed, dict), "TF_CONFIG", raw, "a JSON object")
-    return parsed
-
-
-def _cluster_workers(config: dict) -> int:
-    cluster = config.get("cluster", config)  # a bare cluster spec is accepted too
-    require(isinstance(cluster, Mapping), "TF_CONFIG cluster", cluster,
-            "an object mapping task types to lists of 'host:port'")
-    if cluster.get("ps"):
-        raise InvalidArgumentError(
-            f"TF_CONFIG names parameter servers (ps: {cluster['ps']!r}); select_strategy builds "
-            "MultiWorkerMirroredStrategy, which has none. Hint: use "
-            "tf.distribute.ParameterServerStrategy for a ps cluster.")
-    return sum(len(cluster.get(task, []) or []) for task in _REPLICA_TASKS)
-
-
-def _slurm_tasks(environ: Mapping[str, str]) -> int:
-    """Tasks of the current Slurm job step, 0 outside Slurm.
-
-    Inside ``srun`` the step's own count (``SLURM_STEP_NUM_TASKS``) is what the resolver reads;
-    a batch script's step has one task even in a job of many, and must not be taken for a
-    multi-worker cluster.
-    """
-    if not environ.get("SLURM_JOB_NODELIST"):
-        return 0
-    raw = environ.get("SLURM_STEP_NUM_TASKS") or environ.get("SLURM_NTASKS") or "0"
-    try:
-        return int(raw)
-    except ValueError:
-        return 0
-
-
 def _is_tpu_resolver(cluster) -> bool:
     return type(cluster).__name__ == "TPUClusterResolver"
 
@@ -307,19 +266,15 @@ def _facts(devices) -> _Facts:
     return _Facts(gpus=unique["GPU"], cpus=unique["CPU"] or ("/cpu:0",), tpus=unique["TPU"])
 
 
-def _cluster_fact(cluster, environ) -> tuple[int, str | None]:
-    """(workers, source) of the cluster given or found in the environment."""
-    if cluster is not None and not _is_tpu_resolver(cluster):
-        if hasattr(cluster, "cluster_spec"):  # any tf.distribute.cluster_resolver resolver
-            spec = cluster.cluster_spec().as_dict()
-            return _cluster_workers({"cluster": spec}), "resolver"
-        return _cluster_workers(_parse_tf_config(cluster)), "tf_config"
-    if environ.get("TF_CONFIG"):
-        return _cluster_workers(_parse_tf_config(environ["TF_CONFIG"])), "tf_config"
-    tasks = _slurm_tasks(environ)
-    if tasks:
-        return tasks, "slurm"
-    return 1, None
+def _cluster_fact(cluster, environ) -> tuple[ClusterInfo, str | None]:
+    """The cluster given or found in the environment, and its source (None: one machine)."""
+    info = cluster_info(environ, cluster=None if _is_tpu_resolver(cluster) else cluster)
+    if info.cluster.get("ps"):
+        raise InvalidArgumentError(
+            f"TF_CONFIG names parameter servers (ps: {list(info.cluster['ps'])!r}); "
+            "select_strategy builds MultiWorkerMirroredStrategy, which has none. Hint: use "
+            "tf.distribute.ParameterServerStrategy for a ps cluster.")
+    return info, None if info.source == "local" else info.source
 
 
 def _tpu_source(cluster, environ, facts: _Facts) -> str | None:
@@ -370,7 +325,7 @@ def plan_strategy(name: str = "auto", *, devices: Sequence | None = None, cluste
 
     Example:
         >>> plan_strategy(devices=["/device:CPU:0", "/device:GPU:0", "/device:GPU:1"], nccl=True)
-        StrategyPlan(kind=<StrategyKind.MIRRORED: 'mirrored'>, reason='2 local GPUs, NCCL all-reduce', devices=('/gpu:0', '/gpu:1'), all_reduce='nccl', cluster_source=None)
+        StrategyPlan(kind=<StrategyKind.MIRRORED: 'mirrored'>, reason='2 local GPUs, NCCL all-reduce', devices=('/gpu:0', '/gpu:1'), all_reduce='nccl', cluster_source=None, workers=1, replicas=2)
     """
     kind = name if isinstance(name, StrategyKind) else choice(StrategyKind, name, "strategy")
     environ = os.environ if environ is None else environ
@@ -380,12 +335,11 @@ def plan_strategy(name: str = "auto", *, devices: Sequence | None = None, cluste
 def _plan_auto(devices, cluster, nccl, environ) -> StrategyPlan:
     if _is_tpu_resolver(cluster) or any(environ.get(env) for env in _TPU_ENV):
         return _plan_tpu(devices, cluster, nccl, environ)
-    workers, source = _cluster_fact(cluster, environ)
-    if workers > 1:
-        where = {"tf_config": "TF_CONFIG", "slurm": "the Slurm job step",
-                 "resolver": "the cluster resolver"}[source]
-        return StrategyPlan(StrategyKind.MULTI_WORKER, f"{where} names {workers} workers",
-                            cluster_source=source)
+    info, source = _cluster_fact(cluster, environ)
+    if info.workers > 1:
+        return StrategyPlan(StrategyKind.MULTI_WORKER,
+                            f"{_WHERE[source]} names {info.workers} workers",
+                            cluster_source=source, workers=info.workers)
     facts = _facts(devices)
     if facts.tpus:
         return _plan_tpu(devices, cluster, nccl, environ)
@@ -416,12 +370,14 @@ def _plan_mirrored(devices, cluster, nccl, environ) -> StrategyPlan:
 
 
 def _plan_multi_worker(devices, cluster, nccl, environ) -> StrategyPlan:
-    workers, source = _cluster_fact(cluster, environ)
-    where = {"tf_config": "TF_CONFIG", "slurm": "the Slurm job step",
-             "resolver": "the cluster resolver", None: "no TF_CONFIG or Slurm step"}[source]
+    info, source = _cluster_fact(cluster, environ)
     return StrategyPlan(StrategyKind.MULTI_WORKER,
-                        f"asked for by name; {where}: {workers} worker(s)",
-                        cluster_source=source or "local")
+                        f"asked for by name; {_WHERE[source]}: {info.workers} worker(s)",
+                        cluster_source=source or "local", workers=info.workers)
+
+
+_WHERE = {"tf_config": "TF_CONFIG", "slurm": "the Slurm job step",
+          "resolver": "the cluster resolver", None: "no TF_CONFIG or Slurm step"}
 
 
 def _plan_tpu(devices, cluster, nccl, environ) -> StrategyPlan:
@@ -488,7 +444,7 @@ def _build_multi_worker(tf, plan, cluster):
         resolver = _slurm_resolver(tf)
     elif plan.cluster_source == "tf_config" and cluster is not None:
         # an injected TF_CONFIG: a SimpleClusterResolver holds it without touching os.environ
-        config = _parse_tf_config(cluster)
+        config = parse_tf_config(cluster)
         task = config.get("task", {})
         resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
             tf.train.ClusterSpec(config.get("cluster", {})),
@@ -524,40 +480,44 @@ _BUILDERS = {
 }
 
 
-def select_strategy(name: str = "auto", *, devices: Sequence | None = None,
-                    cluster=None) -> StrategyChoice:
-    """The ``tf.distribute.Strategy`` for this machine or cluster, built, with the reason.
+def select_strategy(name: str | StrategyPlan = "auto", *, devices: Sequence | None = None,
+                    cluster=None):
+    """The ``tf.distribute.Strategy`` for this machine or cluster, built.
 
-    "auto" follows the rules in this module's docstring: TPU, then several workers
-    (``TF_CONFIG`` or Slurm), then several GPUs (mirrored, NCCL or hierarchical copy), one GPU,
-    and the default strategy on CPU-only machines. Any other name overrides the rules:
+    "auto" follows the rules in this module's docstring; any other name overrides them:
     "default", "one_device" (the first GPU, else the CPU), "mirrored" (all GPUs, else all
     logical CPUs), "multi_worker" (as ``TF_CONFIG`` or Slurm say, else one worker) and "tpu".
+    The reason and the replica count are :func:`plan_strategy`'s: plan first and pass the
+    plan here to print why. Building a multi-worker strategy applies
+    :func:`tfopt.fix_keras_multi_worker`.
 
     Args:
-        name: "auto", "default", "one_device", "mirrored", "multi_worker" or "tpu".
-            Defaults to "auto".
-        devices: The devices to decide from (see :func:`plan_strategy`). Defaults to None
-            (what TensorFlow lists).
-        cluster: A ``TF_CONFIG`` dict or JSON string, or a cluster resolver. Defaults to None
-            (``TF_CONFIG``, then Slurm, from the environment).
+        name: A strategy name ("auto", "default", "one_device", "mirrored", "multi_worker",
+            "tpu") or a :class:`StrategyPlan` to build as planned. Defaults to "auto".
+        devices: The devices to decide from (see :func:`plan_strategy`); unused with a plan.
+            Defaults to None (what TensorFlow lists).
+        cluster: A ``TF_CONFIG`` dict or JSON string, or a cluster resolver; pass the same one
+            as to :func:`plan_strategy` with a plan. Defaults to None (``TF_CONFIG``, then
+            Slurm, from the environment).
+
+    Returns:
+        The ``tf.distribute.Strategy``: ``with select_strategy().scope():`` builds the model
+        under it.
 
     Raises:
         InvalidArgumentError: An unknown ``name`` (the message lists the valid ones), a
             malformed ``TF_CONFIG``, or ``name="tpu"`` where no TPU is found.
 
     Example:
-        >>> chosen = select_strategy()
-        >>> print(chosen.describe())
-        >>> with chosen.strategy.scope():
+        >>> strategy = select_strategy()
+        >>> with strategy.scope():
         ...     model = build_model()
-        >>> dataset = dataset.batch(chosen.global_batch(64))
+        >>> dataset = dataset.batch(64 * strategy.num_replicas_in_sync)
     """
-    plan = plan_strategy(name, devices=devices, cluster=cluster)
+    plan = name if isinstance(name, StrategyPlan) else plan_strategy(
+        name, devices=devices, cluster=cluster)
     tf = import_tensorflow()
     strategy = _BUILDERS[plan.kind](tf, plan, cluster)
-    chosen = StrategyChoice(strategy=strategy, name=plan.kind.value, reason=plan.reason,
-                            replicas=int(strategy.num_replicas_in_sync), devices=plan.devices,
-                            all_reduce=plan.all_reduce)
-    logger.info("strategy %s with %d replica(s): %s", chosen.name, chosen.replicas, chosen.reason)
-    return chosen
+    logger.info("strategy %s with %d replica(s): %s", plan.name,
+                int(strategy.num_replicas_in_sync), plan.reason)
+    return strategy

@@ -1,0 +1,257 @@
+"""A local multi-worker launcher: what torchrun is to PyTorch, for ``tf.distribute``.
+
+:func:`launch_workers` starts N copies of a command on this machine, each with a ``TF_CONFIG``
+naming all N workers on free localhost ports (:func:`tfopt.distribute.cluster.tf_config`),
+streams their output line by line to a callback, and ends the job as a whole: the first worker
+to fail stops the others and its exit code is the job's; SIGINT/SIGTERM to the launcher are
+forwarded to every worker. The processes are run by :class:`tfopt._supervisor.Supervisor`.
+No TensorFlow (or Keras) is imported: the launcher only starts processes.
+
+Example:
+    >>> result = launch_workers(["python", "train.py"], 2)
+    >>> sys.exit(result.exit_code)
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import logging
+import os
+import queue
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from tfopt._supervisor import POLL_SECONDS, SIGNAL_EXIT_BASE, Supervisor, exit_code
+from tfopt._validate import require
+from tfopt.distribute.cluster import LOCALHOST, free_ports, tf_config
+from tfopt.errors import InvalidArgumentError
+
+logger = logging.getLogger("tfopt")
+
+# Seconds a stopped worker gets to exit after SIGTERM/SIGINT before SIGKILL: enough for a
+# Python worker to unwind and flush, short enough that a failed job ends promptly.
+DEFAULT_GRACE_SECONDS = 10.0
+
+# Launch attempts when a worker cannot bind its port: the port found free can be taken by
+# another process before the worker binds it (a race no reservation closes, since the worker
+# is a separate process).
+DEFAULT_ATTEMPTS = 3
+
+# Lines of each worker's output kept to recognise a port clash after it exits.
+_TAIL_LINES = 50
+
+# What gRPC and Python print when a port is taken (TensorFlow's server start-up goes through
+# gRPC: "Address already in use", "Failed to add port to server", "Could not start gRPC server").
+_PORT_CLASH = re.compile(
+    r"address already in use|errno 98|failed to add port|could not start grpc server|"
+    r"unable to bind|failed to bind", re.IGNORECASE)
+
+OnLine = Callable[[int, str, str], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchResult:
+    """How a launched job ended.
+
+    Attributes:
+        exit_code: 0 when every worker succeeded; else the first failing worker's code (128 + N
+            for a worker killed by signal N), or 128 + N when the launcher got signal N.
+        failed_worker: Index of the first worker that failed; None when none failed first.
+        signal: The signal (SIGINT/SIGTERM) that stopped the job; None otherwise.
+        attempts: Launch attempts made (more than one after a port clash).
+        workers: The worker addresses of the last attempt.
+    """
+
+    exit_code: int
+    failed_worker: int | None
+    signal: int | None
+    attempts: int
+    workers: tuple[str, ...]
+
+    def describe(self) -> str:
+        """One line: how the job ended."""
+        if self.signal is not None:
+            return (f"stopped by {signal.Signals(self.signal).name}; exit code "
+                    f"{self.exit_code}")
+        if self.failed_worker is not None:
+            return (f"worker {self.failed_worker} failed with exit code {self.exit_code}; "
+                    "the other workers were stopped")
+        return f"all {len(self.workers)} workers finished"
+
+
+class _PortClash(Exception):
+    pass
+
+
+def _read_lines(pipe, worker: int, stream: str, lines: queue.Queue) -> None:
+    with pipe:
+        for raw in iter(pipe.readline, b""):
+            lines.put((worker, stream, raw.decode("utf-8", errors="replace").rstrip("\r\n")))
+    lines.put((worker, stream, None))  # end of this stream
+
+
+class _Job:
+    """One attempt: N worker processes of ``supervisor`` and their output readers."""
+
+    def __init__(self, supervisor: Supervisor, command, addresses, env, on_line: OnLine):
+        self.supervisor = supervisor
+        self.addresses = addresses
+        self.on_line = on_line
+        self.lines: queue.Queue = queue.Queue()
+        self.tails = [collections.deque(maxlen=_TAIL_LINES) for _ in addresses]
+        self.open_streams = [0] * len(addresses)  # per worker: its pipes not yet at EOF
+        self.processes = []
+        try:
+            for index in range(len(addresses)):
+                worker_env = dict(env)
+                worker_env["TF_CONFIG"] = json.dumps(tf_config(addresses, index))
+                # Python block-buffers a pipe: without this a worker's lines would arrive
+                # only when its buffer fills or it exits
+                worker_env.setdefault("PYTHONUNBUFFERED", "1")
+                # its own session (the supervisor's default): signals reach the worker's
+                # children too, and a terminal's Ctrl-C reaches the launcher alone, which
+                # forwards it once; it gets SIGTERM if the launcher dies, so that no worker
+                # waits for its peers forever
+                process = supervisor.start(list(command), env=worker_env,
+                                           stdin=subprocess.DEVNULL,
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                self.processes.append(process)
+                for stream, pipe in (("stdout", process.stdout), ("stderr", process.stderr)):
+                    threading.Thread(target=_read_lines, args=(pipe, index, stream, self.lines),
+                                     daemon=True).start()
+                    self.open_streams[index] += 1
+        except OSError as error:
+            supervisor.stop(signal.SIGKILL)
+            raise InvalidArgumentError(
+                f"command={list(command)!r}: cannot start it ({error.strerror or error}). "
+                "Hint: give the program and its arguments, e.g. python train.py") from None
+
+    def pump(self, timeout: float) -> None:
+        """Hand the output that arrives within ``timeout`` seconds to ``on_line``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                item = self.lines.get(timeout=max(remaining, 0)) if remaining > 0 \
+                    else self.lines.get_nowait()
+            except queue.Empty:
+                return
+            worker, stream, line = item
+            if line is None:
+                self.open_streams[worker] -= 1
+                continue
+            self.tails[worker].append(line)
+            self.on_line(worker, stream, line)
+
+    def stop(self, signum: int | None = signal.SIGTERM) -> None:
+        """``signum`` to every running worker, SIGKILL after the grace period; output read."""
+        self.supervisor.stop(signum, tick=self.pump)
+
+    def finish_output(self, worker: int | None = None) -> None:
+        """Hand on what the workers (or one ``worker``) printed last, up to their pipes' end."""
+        workers = range(len(self.processes)) if worker is None else [worker]
+        deadline = time.monotonic() + 5  # a worker's child may hold a pipe open: don't hang
+        while (any(self.open_streams[index] > 0 for index in workers)
+               and time.monotonic() < deadline):
+            self.pump(POLL_SECONDS)
+        self.pump(0)
+
+
+def _run_attempt(job: _Job, may_retry: bool) -> LaunchResult | None:
+    supervisor = job.supervisor
+    while True:
+        job.pump(POLL_SECONDS)
+        if supervisor.received:
+            signum = supervisor.received[0]
+            logger.info("got %s: stopping the workers", signal.Signals(signum).name)
+            # the supervisor forwarded the signal itself (a Python worker turns SIGINT into
+            # KeyboardInterrupt and can unwind); SIGKILL after the grace period, or at once
+            # at a second Ctrl-C
+            job.stop(None)
+            job.finish_output()
+            return LaunchResult(SIGNAL_EXIT_BASE + signum, None, signum, 0,
+                                tuple(job.addresses))
+        codes = [process.poll() for process in job.processes]
+        failed = next((index for index, code in enumerate(codes) if code not in (None, 0)),
+                      None)
+        if failed is not None:
+            code = exit_code(codes[failed])
+            job.finish_output(failed)  # its last lines: the error, and a port clash's sign
+            if may_retry and any(_PORT_CLASH.search(line) for line in job.tails[failed]):
+                job.stop(signal.SIGTERM)
+                job.finish_output()
+                raise _PortClash()
+            logger.info("worker %d exited with code %d: stopping the others", failed, code)
+            job.stop(signal.SIGTERM)
+            job.finish_output()
+            return LaunchResult(code, failed, None, 0, tuple(job.addresses))
+        if all(code == 0 for code in codes):
+            job.finish_output()
+            return LaunchResult(0, None, None, 0, tuple(job.addresses))
+
+
+def launch_workers(command: Sequence[str], workers: int, *, on_line: OnLine | None = None,
+                   host: str = LOCALHOST, env: Mapping[str, str] | None = None,
+                   grace_seconds: float = DEFAULT_GRACE_SECONDS,
+                   attempts: int = DEFAULT_ATTEMPTS) -> LaunchResult:
+    """Run ``command`` as ``workers`` local worker processes of one ``TF_CONFIG`` cluster.
+
+    Worker ``i`` gets ``TF_CONFIG={"cluster": {"worker": [host:P0, ...]}, "task": {"type":
+    "worker", "index": i}}`` with free ports on ``host``, and ``PYTHONUNBUFFERED=1`` so that
+    its lines arrive as printed. Each line a worker writes is passed to ``on_line(index,
+    "stdout" | "stderr", line)`` in the calling thread. The job ends when every worker has
+    exited 0, or at the first failure: the other workers get SIGTERM, then SIGKILL after
+    ``grace_seconds``. SIGINT or SIGTERM sent to the launcher goes to every worker the same
+    way (a second one kills them at once). When a worker fails because its port was taken
+    (gRPC's "Address already in use"), the whole job restarts on new ports, up to
+    ``attempts`` times.
+
+    Args:
+        command: The program and its arguments, e.g. ``["python", "train.py"]``.
+        workers: How many worker processes.
+        on_line: Called with each output line. Defaults to None (output is dropped).
+        host: The address the workers' servers bind to. Defaults to "localhost".
+        env: The workers' environment. Defaults to None (this process's environment).
+        grace_seconds: Seconds a stopped worker gets before SIGKILL. Defaults to 10.0.
+        attempts: Launches tried when a port is taken. Defaults to 3.
+
+    Returns:
+        A :class:`LaunchResult`; its ``exit_code`` is the job's.
+
+    Raises:
+        InvalidArgumentError: An empty command, ``workers`` < 1, or a command that cannot be
+            started (not found, not executable).
+
+    Example:
+        >>> result = launch_workers(["python", "train.py"], 2,
+        ...                         on_line=lambda i, stream, line: print(f"[worker {i}] {line}"))
+        >>> sys.exit(result.exit_code)
+    """
+    require(bool(command), "command", command, "a program and its arguments, e.g. python train.py")
+    require(isinstance(workers, int) and workers >= 1, "workers", workers, "an integer >= 1")
+    require(grace_seconds >= 0, "grace_seconds", grace_seconds, "a number >= 0")
+    require(isinstance(attempts, int) and attempts >= 1, "attempts", attempts, "an integer >= 1")
+    on_line = on_line or (lambda worker, stream, line: None)
+    env = dict(os.environ if env is None else env)
+    # the supervisor forwards SIGINT/SIGTERM to the workers and, on any way out of this
+    # block, stops those still running (SIGKILL at once after an exception)
+    with Supervisor(grace_seconds, death_signal=signal.SIGTERM) as supervisor:
+        for attempt in range(1, attempts + 1):
+            addresses = [f"{host}:{port}" for port in free_ports(workers, host)]
+            logger.info("launch attempt %d: %d workers on %s", attempt, workers,
+                        ", ".join(addresses))
+            job = _Job(supervisor, command, addresses, env, on_line)
+            try:
+                result = _run_attempt(job, may_retry=attempt < attempts)
+            except _PortClash:
+                logger.warning("a worker could not bind its port; relaunching on new ports "
+                               "(attempt %d of %d)", attempt + 1, attempts)
+                continue
+            return dataclasses.replace(result, attempts=attempt)
+    raise AssertionError("unreachable: the last attempt returns")
