@@ -35,6 +35,7 @@ def check_compiled(model, function: str) -> None:
 
 
 def split_spec(spec) -> tuple[str, str]:
+    """``(module, function)`` of a ``"module:function"`` spec, or an error that shows the form."""
     if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
         raise InvalidArgumentError(
             f"model spec {spec!r}: expected 'module:function' (e.g. 'my_models:build_cnn'), a "

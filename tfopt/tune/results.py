@@ -41,8 +41,7 @@ class BatchTrial:
 
 @dataclasses.dataclass(frozen=True)
 class BatchSizeResult:
-    """What :func:`tfopt.tune.search.find_batch_size` or :func:`~tfopt.tune.search.search_batch_size`
-    found.
+    """What the search found (:func:`tfopt.tune.search.find_batch_size`, ``search_batch_size``).
 
     Attributes:
         largest_fit: The largest batch size that fit; None when not even the first did.
