@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import pytest
+import tune_fixtures
 
 from tfopt.errors import InvalidArgumentError
 from tfopt.tune.model import load_model_spec
 from tfopt.tune.search import find_batch_size
 from tfopt.tune.sweep import throughput_sweep
+
+model_module = pytest.fixture(name="model_module")(tune_fixtures.model_module)
 
 
 def test_uncompiled_models_get_clear_errors_from_the_finder_and_the_sweep():

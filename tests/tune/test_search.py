@@ -9,10 +9,15 @@ import sys
 
 import numpy as np
 import pytest
+import tune_fixtures
+from tune_fixtures import assert_same_state, snapshot
 
 from tfopt.errors import InvalidArgumentError
 from tfopt.tune.results import BatchTrial
 from tfopt.tune.search import apply_margin, find_batch_size, search_batch_size
+
+mlp = pytest.fixture(scope="module", name="mlp")(tune_fixtures.tiny_mlp)
+model_module = pytest.fixture(name="model_module")(tune_fixtures.model_module)
 
 
 def sizes(result):
@@ -117,7 +122,7 @@ def test_the_search_runs_without_tensorflow():
 # -- real trials on a tiny model ----------------------------------------------------------------
 
 
-def test_real_trials_respect_the_budget_and_restore_the_state(mlp, snapshot, assert_same_state):
+def test_real_trials_respect_the_budget_and_restore_the_state(mlp):
     before = snapshot(mlp)
     # the float32 input alone is 12.6 MB at batch 4096 (16x16x3): a budget of 6 MB stops the
     # search below it, whichever way memory is measured (allocator or resident memory)
@@ -134,8 +139,7 @@ def test_real_trials_respect_the_budget_and_restore_the_state(mlp, snapshot, ass
     json.dumps(result.to_json())
 
 
-def test_real_trials_without_budget_on_cpu_only_stop_at_the_limit(mlp, snapshot,
-                                                                 assert_same_state):
+def test_real_trials_without_budget_on_cpu_only_stop_at_the_limit(mlp):
     before = snapshot(mlp)
     calls = []
 

@@ -7,13 +7,17 @@ import types
 
 import numpy as np
 import pytest
+import tune_fixtures
+from tune_fixtures import assert_same_state, snapshot
 
 from tfopt.errors import InvalidArgumentError
 from tfopt.tune.results import SweepResult
 from tfopt.tune.sweep import pick_batch_size, throughput_sweep
 
+mlp = pytest.fixture(scope="module", name="mlp")(tune_fixtures.tiny_mlp)
 
-def test_sweep_on_a_real_model_restores_the_state(mlp, snapshot, assert_same_state):
+
+def test_sweep_on_a_real_model_restores_the_state(mlp):
     before = snapshot(mlp)
     sweep = throughput_sweep(mlp, [8, 32], steps=3, warmup=1)
     assert [p.batch_size for p in sweep.points] == [8, 32]

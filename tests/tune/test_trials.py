@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tune_fixtures
 
 from tfopt.errors import TfoptError
 from tfopt.tune import memory
 from tfopt.tune.model import ModelState
 from tfopt.tune.search import find_batch_size
 from tfopt.tune.trials import isolated_trial
+
+mlp = pytest.fixture(scope="module", name="mlp")(tune_fixtures.tiny_mlp)
+model_module = pytest.fixture(name="model_module")(tune_fixtures.model_module)
 
 
 def test_resident_memory_after_a_larger_trial_is_interpolated_not_counted_again(
