@@ -44,7 +44,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import tfopt  # noqa: E402
-from tfopt.bench.models import build_model  # noqa: E402
+from tfopt.models import build_model  # noqa: E402
 from tfopt.records.manifest import MANIFEST_NAME  # noqa: E402
 
 IMAGE_SIZE = 64

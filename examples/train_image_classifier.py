@@ -27,7 +27,7 @@ import keras
 import tensorflow as tf
 
 import tfopt
-from tfopt.bench.models import build_model
+from tfopt.models import build_model
 
 IMAGE_SIZE = 96
 BATCH_SIZE = 64

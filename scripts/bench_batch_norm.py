@@ -19,7 +19,7 @@ from tfopt._tf import import_tensorflow
 tf = import_tensorflow()
 import keras  # noqa: E402
 
-from tfopt.bench import models  # noqa: E402
+from tfopt import models  # noqa: E402
 from tfopt.train.fused_batch_norm import fuse_batch_norm  # noqa: E402
 from tfopt.train.precision import enable_policy  # noqa: E402
 
@@ -28,14 +28,14 @@ VARIANTS = ("keras", "fused", "none")
 
 def build(policy: str, variant: str, image_size: int) -> keras.Model:
     keras.utils.set_random_seed(0)
-    original = models.keras.layers.BatchNormalization
+    original = keras.layers.BatchNormalization  # what tfopt.models builds its layers from
     if variant == "none":  # the same network without batch norm: its whole cost
-        models.keras.layers.BatchNormalization = lambda **kwargs: keras.layers.Identity()
+        keras.layers.BatchNormalization = lambda **kwargs: keras.layers.Identity()
     try:
         with enable_policy(policy):
             model = models.build_model("cnn", image_size=image_size, classes=10)
     finally:
-        models.keras.layers.BatchNormalization = original
+        keras.layers.BatchNormalization = original
     if variant == "fused":
         fuse_batch_norm(model)
     model.compile(keras.optimizers.Adam(1e-3),

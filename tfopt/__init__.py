@@ -63,11 +63,11 @@ _LAZY_EXPORTS = {
     "make_optimizer": "tfopt.train.accumulation",
     "UpdateStepSchedule": "tfopt.train.accumulation",
     "keras_objects": "tfopt.train.saving",  # for keras.models.load_model
-    # train: batch size by experiment
-    "find_batch_size": "tfopt.train.batch_size",
-    "throughput_sweep": "tfopt.train.batch_size",
-    "BatchSizeResult": "tfopt.train.batch_size",
-    "SweepResult": "tfopt.train.batch_size",
+    # tune: settings by experiment
+    "find_batch_size": "tfopt.tune.search",
+    "throughput_sweep": "tfopt.tune.sweep",
+    "BatchSizeResult": "tfopt.tune.results",
+    "SweepResult": "tfopt.tune.results",
     # train: callbacks and backups
     "ThroughputCallback": "tfopt.train.callbacks",
     "InputStallCallback": "tfopt.train.callbacks",
@@ -94,7 +94,8 @@ _LAZY_EXPORTS = {
     "TrainBenchSettings": "tfopt.bench.train",
     "TrainBenchReport": "tfopt.bench.train",
     "run_train_bench": "tfopt.bench.train",
-    "build_model": "tfopt.bench.models",
+    # built-in models
+    "build_model": "tfopt.models",
     # gpu: NVML and the environment doctor (work without TensorFlow)
     "run_doctor": "tfopt.gpu.doctor",
     "DoctorReport": "tfopt.gpu.doctor",

@@ -93,37 +93,6 @@ def test_the_policy_is_restored_to_what_it_was(shards, float32_policy):
                for run in result.runs)
 
 
-def test_steps_per_execution_trial_picks_a_candidate(float32_policy):
-    from tfopt.bench.models import build_model
-    from tfopt.bench.train import tune_steps_per_execution
-
-    chosen, rates = tune_steps_per_execution(lambda: build_model("mlp", 16, 3), batch_size=8,
-                                             image_size=16, classes=3, candidates=(1, 4))
-    assert set(rates) == {1, 4} and all(rate > 0 for rate in rates.values())
-    assert chosen in rates
-    assert rates[chosen] >= 0.97 * max(rates.values())
-
-
-def test_built_in_models_take_uint8_and_give_float32_logits(float32_policy):
-    import numpy as np
-
-    from tfopt.bench.models import build_model
-
-    with tfopt.enable_policy("mixed_bfloat16"):
-        cnn = build_model("cnn", image_size=32, classes=5)
-    batch = np.zeros((2, 32, 32, 3), np.uint8)
-    logits = cnn(batch)
-    assert tuple(logits.shape) == (2, 5) and logits.dtype.name == "float32"
-    assert cnn.get_layer("stage1_a_conv").compute_dtype == "bfloat16"
-    assert tfopt.check_model_precision(cnn) == []
-    mlp = build_model("mlp", image_size=32, classes=3)
-    assert tuple(mlp(batch).shape) == (2, 3)
-    with pytest.raises(tfopt.InvalidArgumentError, match="cnn, mlp"):
-        build_model("vit")
-    with pytest.raises(tfopt.InvalidArgumentError, match="image_size"):
-        build_model("cnn", image_size=8)
-
-
 def test_settings_are_validated():
     from tfopt.bench.train import TrainBenchSettings
 
@@ -134,27 +103,6 @@ def test_settings_are_validated():
     with pytest.raises(tfopt.InvalidArgumentError, match="batch_sizes"):
         TrainBenchSettings("x", batch_sizes=(32, -1))
     assert TrainBenchSettings("x").replace(epochs=3).epochs == 3
-
-
-def test_sweep_svg_is_well_formed(tmp_path):
-    from tfopt.bench.train import sweep_svg, write_sweep_svg
-
-    sweep = {32: 210.5, 64: 250.0, 128: 240.25}
-    path = write_sweep_svg(tmp_path / "sweep.svg", sweep, "a <title> & more")
-    root = ElementTree.parse(path).getroot()
-    assert root.tag == f"{SVG}svg"
-    assert len(root.findall(f"{SVG}circle")) == 3
-    (line,) = root.findall(f"{SVG}polyline")
-    points = [tuple(map(float, point.split(","))) for point in line.get("points").split()]
-    assert [x for x, _ in points] == sorted(x for x, _ in points)  # batch sizes left to right
-    assert min(points, key=lambda p: p[1]) == points[1]  # the fastest is drawn highest
-    texts = [element.text for element in root.iter(f"{SVG}text")]
-    assert "a <title> & more" in texts and {"32", "64", "128"} <= set(texts)
-    assert not list(tmp_path.glob(".*"))  # no temporary file left
-    one = ElementTree.fromstring(sweep_svg({64: 100.0}))
-    assert len(one.findall(f"{SVG}circle")) == 1
-    with pytest.raises(tfopt.InvalidArgumentError, match="empty"):
-        sweep_svg({})
 
 
 def test_cli_json_with_sweep_and_plot(shards, tmp_path, float32_policy):
@@ -172,19 +120,6 @@ def test_cli_json_with_sweep_and_plot(shards, tmp_path, float32_policy):
 
     bad = CliRunner().invoke(cli, ["bench", "train", str(shards), "--batch-sizes", "32,x"])
     assert bad.exit_code == 2 and "32,64,128" in bad.output
-
-
-def test_sweep_png_and_suffix_dispatch(tmp_path):
-    pytest.importorskip("matplotlib")
-    from tfopt.bench.train import write_sweep_plot
-
-    sweep = {32: 251.0, 64: 249.0, 128: 239.0}
-    png = write_sweep_plot(tmp_path / "sweep.png", sweep, "title")
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    svg = write_sweep_plot(tmp_path / "sweep.svg", sweep)
-    assert svg.read_text().lstrip().startswith("<")
-    with pytest.raises(tfopt.InvalidArgumentError, match=r"\.svg or \.png"):
-        write_sweep_plot(tmp_path / "sweep.pdf", sweep)
 
 
 def test_an_epoch_without_measured_steps_reads_n_a_not_nan():

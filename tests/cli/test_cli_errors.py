@@ -190,19 +190,22 @@ def test_a_csv_integer_beyond_int64_is_named_with_its_line_and_column(tmp_path):
 @pytest.fixture
 def no_work(monkeypatch):
     """Make every slow step fail the test: a bad value must be refused before it starts."""
+    import tfopt.bench.demo
     import tfopt.bench.pipeline
     import tfopt.bench.train
-    import tfopt.train.batch_size
+    import tfopt.tune.model
+    import tfopt.tune.search
+    import tfopt.tune.sweep
 
     def started(*args, **kwargs):
         raise AssertionError("work started before the bad value was refused")
 
     for module, name in [(tfopt.bench.pipeline, "run_pipeline_bench"),
-                         (tfopt.bench.train, "make_demo_shards"),
+                         (tfopt.bench.demo, "make_demo_shards"),
                          (tfopt.bench.train, "run_train_bench"),
-                         (tfopt.train.batch_size, "load_model_spec"),
-                         (tfopt.train.batch_size, "find_batch_size"),
-                         (tfopt.train.batch_size, "throughput_sweep")]:
+                         (tfopt.tune.model, "load_model_spec"),
+                         (tfopt.tune.search, "find_batch_size"),
+                         (tfopt.tune.sweep, "throughput_sweep")]:
         monkeypatch.setattr(module, name, started)
 
 

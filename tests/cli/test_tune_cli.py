@@ -51,10 +51,10 @@ def test_text_output_with_a_memory_budget_and_progress_on_stderr():
 
 def test_user_model_spec(tmp_path, monkeypatch):
     (tmp_path / "my_models.py").write_text(textwrap.dedent("""
-        from tfopt.train.batch_size import _builtin_model
+        from tfopt.models import compiled_model
 
         def small():
-            return _builtin_model("mlp", image_size=8, classes=4)
+            return compiled_model("mlp", image_size=8, classes=4, size="tiny")
     """))
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))

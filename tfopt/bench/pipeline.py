@@ -1,31 +1,15 @@
 """``tfopt bench pipeline``: tfopt's input pipeline beside the usual ways, in one process.
 
-Methods, on the same shards and the same settings (batch size, target size, training crops):
+Methods (:data:`METHODS`), alternating on the same shards and settings: ``naive`` and
+``guide`` (:mod:`tfopt.bench.baselines`), ``tfopt`` (``PipelineBuilder``), ``tfopt-device``
+(its random crop on the accelerator, training only) and ``limit`` (in-memory decodes on all
+cores); optionally tfopt through a local tf.data service of 1, 2, ... workers. The report gives
+examples/s per epoch (median, spread), the ratios, and tfopt's stage breakdown. What each
+method does and why: ``docs/bench.md``.
 
-- ``naive``: ``TFRecordDataset -> map(parse_single_example + decode + crop) -> batch``, one
-  thread: what a first attempt looks like.
-- ``guide``: the tf.data performance guide's recipe: parallel interleave over shards,
-  ``map(..., num_parallel_calls=AUTOTUNE)``, batch, prefetch (and a shuffle when training).
-  Per example it parses, decodes the whole JPEG, crops, resizes and converts to float32.
-- ``tfopt``: ``PipelineBuilder`` with its own choices (printed with the results), random
-  crops in the pipeline.
-- ``tfopt-device`` (training only): the same with ``random_crop="device"``: the pipeline
-  ships 256/224-margin squares and the random-resized crop runs in the model on the
-  accelerator (``tfopt.Augment``). On a machine without one that crop is CPU work all the
-  same; the ``augment`` stage of the breakdown shows its cost here.
-- ``limit``: decoding the same encoded images from memory on all cores, nothing else: the
-  ceiling of any pipeline that decodes full images.
-
-With ``service_workers`` (e.g. ``(0, 1, 2)``), tfopt's pipeline also runs through a tf.data
-service with 1, 2, ... workers: one dispatcher and N worker processes per count on localhost
-(``tfopt.bench.service_workers``), measured in the same alternation; 0 workers is the
-in-process ``tfopt`` method, and the report gives each count's ratio against it. The workers
-share this host's cores, so the ratios show the service's overhead and scaling here, not what
-workers on other hosts would add.
-
-Runs alternate (naive, guide, tfopt, limit, naive, ...) and repeat, so that caches and clocks
-treat every method alike; each run iterates ``epochs`` passes over the data through one
-iterator (as ``model.fit`` does), and the report gives the median and spread per epoch.
+Example:
+    >>> report = run_pipeline_bench(BenchSettings("shards/", epochs=2))
+    >>> print(report.describe())
 """
 
 from __future__ import annotations
@@ -39,11 +23,11 @@ import time
 import tensorflow as tf
 
 from tfopt._system import usable_cores
+from tfopt._validate import flag, is_int, optional_whole_number, require, whole_number
+from tfopt.bench.baselines import guide_dataset, limit_dataset, naive_dataset
 from tfopt.bench.service_workers import MAX_SERVICE_WORKERS, local_services
-from tfopt.data.decode import CROP_AREA, CROP_ASPECT, central_crop_window
 from tfopt.data.pipeline import PipelineBuilder
 from tfopt.errors import InvalidArgumentError
-from tfopt.records._files_of import tf_compression_type
 from tfopt.records.inspect import count_records
 
 METHODS = ("naive", "guide", "tfopt", "tfopt-device", "limit")
@@ -51,7 +35,6 @@ SERVICE_NOTE = ("the workers are processes on this host and share its cores with
                 "benchmark: the ratios show the service's overhead and scaling here, not a "
                 "multi-host speed-up")
 STAGES = ("read", "parse", "decode", "augment")
-_LIMIT_SAMPLE = 512  # encoded images held in memory for the decode limit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +46,9 @@ class BenchSettings:
         batch_size: Examples per batch. Defaults to 64.
         image_size: Output side in pixels. Defaults to 224.
         training: Random-resized crops and shuffling (True) or central crops (False).
+            Defaults to True.
         epochs: Passes over the data per run; later passes show what caching does.
+            Defaults to 1.
         repeats: Runs per method. Defaults to 3.
         cache: tfopt's cache setting ("auto", True, False). Defaults to "auto".
         max_batches: Cap on batches per epoch (quick runs). Defaults to None (whole epoch).
@@ -89,18 +74,16 @@ class BenchSettings:
     service_workers: tuple[int, ...] = ()
 
     def __post_init__(self):
-        if self.epochs < 1 or self.repeats < 1:
-            raise InvalidArgumentError(f"epochs={self.epochs}, repeats={self.repeats}: expected >= 1")
-        if self.max_batches is not None and self.max_batches < 1:
-            raise InvalidArgumentError(f"max_batches={self.max_batches!r}: expected None (whole "
-                                       "epochs) or at least 1")
+        for name in ("batch_size", "image_size", "epochs", "repeats"):
+            object.__setattr__(self, name, whole_number(getattr(self, name), name, 1))
+        object.__setattr__(self, "training", flag(self.training, "training"))
+        object.__setattr__(self, "max_batches", optional_whole_number(
+            self.max_batches, "max_batches", 1, "None (whole epochs) or an int >= 1"))
         counts = tuple(self.service_workers or ())
-        if not all(isinstance(count, int) and 0 <= count <= MAX_SERVICE_WORKERS
-                   for count in counts):
-            raise InvalidArgumentError(
-                f"service_workers={self.service_workers!r}: expected worker counts from 0 to "
-                f"{MAX_SERVICE_WORKERS}, such as (0, 1, 2)")
-        object.__setattr__(self, "service_workers", tuple(sorted(set(counts))))
+        require(all(is_int(count) and 0 <= count <= MAX_SERVICE_WORKERS for count in counts),
+                "service_workers", self.service_workers,
+                f"worker counts from 0 to {MAX_SERVICE_WORKERS}, such as (0, 1, 2)")
+        object.__setattr__(self, "service_workers", tuple(sorted({int(c) for c in counts})))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,70 +202,6 @@ class BenchReport:
         return lines
 
 
-# -- the baselines -------------------------------------------------------------------------
-
-
-def _guide_map_fn(builder: PipelineBuilder, settings: BenchSettings):
-    """The per-example function a user writes after the guide: parse, decode, crop, float."""
-    image_key, label_key = builder.source.image_key, builder.source.label_key
-    spec = {image_key: tf.io.FixedLenFeature([], tf.string)}
-    if label_key:
-        spec[label_key] = tf.io.FixedLenFeature([], tf.int64)
-    size = (settings.image_size, settings.image_size)
-
-    def parse(serialized):
-        example = tf.io.parse_single_example(serialized, spec)
-        image = tf.io.decode_image(example[image_key], channels=3, expand_animations=False)
-        image.set_shape([None, None, 3])
-        if settings.training:
-            begin, crop_size, _ = tf.image.sample_distorted_bounding_box(
-                tf.shape(image), tf.constant([[[0.0, 0.0, 1.0, 1.0]]]), min_object_covered=0.1,
-                aspect_ratio_range=CROP_ASPECT, area_range=CROP_AREA, max_attempts=10,
-                use_image_if_no_bounding_boxes=True)
-            image = tf.slice(image, begin, crop_size)
-        else:
-            window = central_crop_window(tf.shape(image))
-            image = tf.slice(image, [window[0], window[1], 0], [window[2], window[3], 3])
-        image = tf.image.resize(image, size) / 255.0
-        return (image, example[label_key]) if label_key else image
-
-    return parse
-
-
-def naive_dataset(builder: PipelineBuilder, settings: BenchSettings) -> tf.data.Dataset:
-    dataset = tf.data.TFRecordDataset(builder.source.files,
-                                      tf_compression_type(builder.source.compression))
-    dataset = dataset.map(_guide_map_fn(builder, settings)).batch(settings.batch_size)
-    return dataset.repeat()
-
-
-def guide_dataset(builder: PipelineBuilder, settings: BenchSettings) -> tf.data.Dataset:
-    compression = tf_compression_type(builder.source.compression)
-    files = tf.data.Dataset.from_tensor_slices(builder.source.files)
-    if settings.training:
-        files = files.shuffle(len(builder.source.files))
-    dataset = files.interleave(lambda path: tf.data.TFRecordDataset(path, compression),
-                               num_parallel_calls=tf.data.AUTOTUNE)
-    if settings.training:
-        dataset = dataset.shuffle(1000)
-    dataset = dataset.map(_guide_map_fn(builder, settings), num_parallel_calls=tf.data.AUTOTUNE)
-    return dataset.batch(settings.batch_size).prefetch(tf.data.AUTOTUNE).repeat()
-
-
-def limit_dataset(builder: PipelineBuilder, settings: BenchSettings) -> tf.data.Dataset:
-    """Full decodes of in-memory images on all cores: the ceiling of a full-decode pipeline."""
-    spec = {builder.source.image_key: tf.io.FixedLenFeature([], tf.string)}
-    reader = tf.data.TFRecordDataset(builder.source.files,
-                                     tf_compression_type(builder.source.compression))
-    encoded = [tf.io.parse_single_example(record, spec)[builder.source.image_key]
-               for record in reader.take(_LIMIT_SAMPLE)]
-    images = tf.data.Dataset.from_tensor_slices(tf.stack(encoded)).repeat()
-    decoded = images.map(lambda data: tf.shape(tf.io.decode_image(data, channels=3,
-                                                                   expand_animations=False)),
-                         num_parallel_calls=tf.data.AUTOTUNE)
-    return decoded.batch(settings.batch_size).prefetch(tf.data.AUTOTUNE)
-
-
 # -- measuring ------------------------------------------------------------------------------
 
 
@@ -303,7 +222,8 @@ def run_pipeline_bench(settings: BenchSettings, methods=METHODS, progress=None) 
 
     Args:
         settings: What to measure.
-        methods: Which methods, in alternation order. Defaults to all four.
+        methods: Which methods, in alternation order, ``tfopt`` included. Defaults to all
+            five (:data:`METHODS`); ``tfopt-device`` is left out when not training.
         progress: Called with a line after each run (the CLI prints it on stderr).
 
     Raises:
@@ -334,12 +254,15 @@ def run_pipeline_bench(settings: BenchSettings, methods=METHODS, progress=None) 
     steps = max(1, records // settings.batch_size)
     if settings.max_batches:
         steps = min(steps, settings.max_batches)
+    crop = "random" if settings.training else "central"
     factories = {
-        "naive": lambda: naive_dataset(first, settings),
-        "guide": lambda: guide_dataset(first, settings),
+        "naive": lambda: naive_dataset(first.source, settings.image_size, settings.batch_size,
+                                       crop=crop, repeat=True),
+        "guide": lambda: guide_dataset(first.source, settings.image_size, settings.batch_size,
+                                       crop=crop),
         "tfopt": lambda: builder().build(),
         "tfopt-device": lambda: builder(random_crop="device").build(),
-        "limit": lambda: limit_dataset(first, settings),
+        "limit": lambda: limit_dataset(first.source, settings.batch_size),
     }
     services = [count for count in settings.service_workers if count > 0]
     runs = [*methods, *(f"service-{count}" for count in services)]  # alternation order

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import click
 
-from tfopt.bench import MIN_MODEL_IMAGE_SIZE  # imports no TensorFlow
+from tfopt.bench.plot import PLOT_SUFFIXES  # imports no TensorFlow
 from tfopt.bench.service_workers import MAX_SERVICE_WORKERS  # imports no TensorFlow
 from tfopt.cli._common import echo_json, needs_tensorflow
+from tfopt.models import MIN_IMAGE_SIZE, ModelName, ModelSize  # imports no TensorFlow
 
 
 @click.group("bench")
@@ -33,7 +34,6 @@ def _worker_counts(ctx, param, value):
 # Checked here, before any work: the library checks them too, but only once the benchmark (or,
 # for bench train, the demo data) has run for a minute or more.
 _POSITIVE = click.IntRange(min=1)
-_PLOT_SUFFIXES = (".svg", ".png")  # what tfopt.bench.train.write_sweep_plot writes
 
 
 def _plot_path(ctx, param, value):
@@ -41,9 +41,9 @@ def _plot_path(ctx, param, value):
     if value is None:
         return None
     path = Path(value)
-    if path.suffix.lower() not in _PLOT_SUFFIXES:
+    if path.suffix.lower() not in PLOT_SUFFIXES:
         raise click.BadParameter(f"{value!r}: expected a file ending in "
-                                 f"{' or '.join(_PLOT_SUFFIXES)}")
+                                 f"{' or '.join(PLOT_SUFFIXES)}")
     if not path.resolve().parent.is_dir():
         raise click.BadParameter(f"{value!r}: the folder {str(path.parent)!r} does not exist")
     if path.suffix.lower() == ".png" and importlib.util.find_spec("matplotlib") is None:
@@ -121,9 +121,10 @@ def _batch_sizes(ctx, param, value):
 
 @bench.command("train")
 @click.argument("shards", required=False)
-@click.option("--model", type=click.Choice(["cnn", "mlp"]), default="cnn", show_default=True,
+@click.option("--model", type=click.Choice([name.value for name in ModelName]), default="cnn",
+              show_default=True,
               help="Built-in model: a small ResNet-style CNN or an MLP.")
-@click.option("--image-size", type=click.IntRange(min=MIN_MODEL_IMAGE_SIZE), default=96,
+@click.option("--image-size", type=click.IntRange(min=MIN_IMAGE_SIZE[ModelSize.SMALL]), default=96,
               show_default=True, help="Training image side, px.")
 @click.option("--batch-size", type=_POSITIVE, default=64, show_default=True)
 @click.option("--epochs", type=_POSITIVE, default=2, show_default=True,
@@ -153,12 +154,9 @@ def train(shards, model, image_size, batch_size, epochs, repeats, batch_sizes,
     needs_tensorflow()
     import tempfile
 
-    from tfopt.bench.train import (
-        TrainBenchSettings,
-        make_demo_shards,
-        run_train_bench,
-        write_sweep_plot,
-    )
+    from tfopt.bench.demo import make_demo_shards
+    from tfopt.bench.plot import write_sweep_plot
+    from tfopt.bench.train import TrainBenchSettings, run_train_bench
 
     progress = None if quiet else (lambda line: click.echo(line, err=True))
     if plot and not batch_sizes:

@@ -8,9 +8,13 @@ import sys
 import click
 
 from tfopt.cli._common import ByteSize, echo_json, finite, needs_tensorflow
-from tfopt.train.batch_size import MIN_BUILTIN_IMAGE_SIZE  # imports no TensorFlow
+from tfopt.models import MIN_IMAGE_SIZE, ModelName, ModelSize  # imports no TensorFlow
 
-_BUILTIN_SPEC = "tfopt.train.batch_size:_builtin_model"
+# The built-in models are the zoo's tiny ones (trials of seconds on a CPU), named by a spec so
+# that isolated trials build them in their own processes.
+_BUILTIN_SPEC = "tfopt.models:compiled_model"
+_BUILTIN_SIZE = ModelSize.TINY.value
+MIN_BUILTIN_IMAGE_SIZE = MIN_IMAGE_SIZE[ModelSize.TINY]
 _DEFAULT_CLASSES = 10
 
 
@@ -49,7 +53,7 @@ def tune():
 @click.option("--model", "model_spec", metavar="MODULE:FUNCTION",
               help="A function that returns a compiled Keras model (the current folder is "
               "importable).")
-@click.option("--builtin", type=click.Choice(["cnn", "mlp"]),
+@click.option("--builtin", type=click.Choice([name.value for name in ModelName]),
               help="A tiny built-in model instead [default: cnn when --model is not given].")
 @click.option("--data", metavar="SHARDS",
               help="tfopt shards for the sweep [default: random uint8 images].")
@@ -92,7 +96,7 @@ def batch_size(model_spec, builtin, data, image_size, max_batch_size, memory_bud
                                  param_hint="'--image-size'")
     if "tensorflow" not in sys.modules:
         # TensorFlow's CPU allocator keeps complete memory statistics only in this mode; it
-        # must be chosen before TensorFlow starts (see tfopt.train.batch_size)
+        # must be chosen before TensorFlow starts (docs/tune.md)
         os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "1")
     needs_tensorflow()
     if data:
@@ -101,11 +105,9 @@ def batch_size(model_spec, builtin, data, image_size, max_batch_size, memory_bud
         from tfopt.data.pipeline import PipelineBuilder
 
         PipelineBuilder(data, batch_size=1, training=True, image_size=image_size, repeat=True)
-    from tfopt.train.batch_size import (
-        find_batch_size,
-        load_model_spec,
-        throughput_sweep,
-    )
+    from tfopt.tune.model import load_model_spec
+    from tfopt.tune.search import find_batch_size
+    from tfopt.tune.sweep import throughput_sweep
 
     if model_spec:
         spec, kwargs, name = model_spec, {}, model_spec
@@ -113,7 +115,8 @@ def batch_size(model_spec, builtin, data, image_size, max_batch_size, memory_bud
         builtin = builtin or "cnn"
         classes = _classes_of(data) if data else _DEFAULT_CLASSES
         spec = _BUILTIN_SPEC
-        kwargs = {"name": builtin, "image_size": image_size, "classes": classes}
+        kwargs = {"name": builtin, "image_size": image_size, "classes": classes,
+                  "size": _BUILTIN_SIZE}
         name = f"built-in {builtin} ({image_size}x{image_size}x3, {classes} classes)"
 
     def say(line):
