@@ -45,14 +45,10 @@ import logging
 import numbers
 import types
 
-from tfopt._tf import import_tensorflow
+import keras
+import tensorflow as tf
 
-import_tensorflow()  # before keras: imports TensorFlow without its C++ start-up banners
-
-import keras  # noqa: E402  (after the quiet TensorFlow import above)
-import tensorflow as tf  # noqa: E402
-
-from tfopt.errors import InvalidArgumentError  # noqa: E402
+from tfopt.errors import InvalidArgumentError
 
 logger = logging.getLogger("tfopt")
 

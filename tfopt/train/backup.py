@@ -69,13 +69,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from tfopt._tf import import_tensorflow
+import keras
 
-import_tensorflow()
-import keras  # noqa: E402 - after the quiet TensorFlow import
-
-from tfopt._files import atomic_path  # noqa: E402
-from tfopt.errors import InvalidArgumentError, TfoptError  # noqa: E402
+from tfopt._files import atomic_path
+from tfopt.errors import InvalidArgumentError, TfoptError
 
 logger = logging.getLogger("tfopt")
 

@@ -26,13 +26,11 @@ import logging
 import math
 from types import ModuleType
 
-from tfopt._tf import import_tensorflow
+import keras
+import tensorflow as tf
 
-tf = import_tensorflow()
-import keras  # noqa: E402 - after the quiet TensorFlow import
-
-from tfopt.gpu.sampler import GpuSampler, GpuStats  # noqa: E402
-from tfopt.train.timing import (  # noqa: E402
+from tfopt.gpu.sampler import GpuSampler, GpuStats
+from tfopt.train.timing import (
     DEFAULT_WARMUP_STEPS,
     InputBound,
     StallMeter,

@@ -27,12 +27,10 @@ from __future__ import annotations
 
 import types
 
-from tfopt._tf import import_tensorflow
+import keras
+import tensorflow as tf
 
-tf = import_tensorflow()
-import keras  # noqa: E402 - after the quiet TensorFlow import
-
-from tfopt.errors import InvalidArgumentError  # noqa: E402
+from tfopt.errors import InvalidArgumentError
 
 __all__ = ["check_keras_model", "fuse_batch_norm", "is_fused"]
 
