@@ -34,7 +34,7 @@ _LAZY_EXPORTS = {
     "ConvertResult": "tfopt.records.convert",
     "inspect": "tfopt.records.inspect",
     "InspectResult": "tfopt.records.inspect",
-    "FeatureInfo": "tfopt.records.inspect",
+    "FeatureInfo": "tfopt.records.format.schema_sample",
     "verify": "tfopt.records.verify",
     "VerifyResult": "tfopt.records.verify",
     "Manifest": "tfopt.records.manifest",

@@ -43,8 +43,7 @@ from tfopt.bench.service_workers import MAX_SERVICE_WORKERS, local_services
 from tfopt.data.decode import CROP_AREA, CROP_ASPECT, central_crop_window
 from tfopt.data.pipeline import PipelineBuilder
 from tfopt.errors import InvalidArgumentError
-from tfopt.records._files_of import tf_compression_type
-from tfopt.records.inspect import count_records
+from tfopt.records.format.tfrecord import count_records, tf_compression_type
 
 METHODS = ("naive", "guide", "tfopt", "tfopt-device", "limit")
 SERVICE_NOTE = ("the workers are processes on this host and share its cores with the "

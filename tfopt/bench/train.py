@@ -56,7 +56,7 @@ import keras  # noqa: E402 - after the quiet TensorFlow import
 from tfopt.bench.models import DEFAULT_IMAGE_SIZE, ModelName, build_model  # noqa: E402
 from tfopt.data.decode import central_crop_window, resize_uint8  # noqa: E402
 from tfopt.data.pipeline import PipelineBuilder  # noqa: E402
-from tfopt.records._files_of import tf_compression_type  # noqa: E402
+from tfopt.records.format.tfrecord import tf_compression_type  # noqa: E402
 from tfopt.train.callbacks import InputProbe, training_callbacks  # noqa: E402
 from tfopt.train.fused_batch_norm import fuse_batch_norm  # noqa: E402
 from tfopt.train.precision import choose_policy, enable_policy  # noqa: E402

@@ -20,8 +20,7 @@ from tfopt._progress import Progress
 from tfopt._system import usable_cores
 from tfopt._tf_messages import short_tf_message
 from tfopt._validate import require
-from tfopt.records._files_of import is_gzip, resolve_files, tf_compression_type
-from tfopt.records.inspect import tfrecord_files_of_folder
+from tfopt.records.format.tfrecord import is_gzip, resolve_files, tf_compression_type
 from tfopt.records.manifest import (
     JOURNAL_NAME,
     MANIFEST_NAME,
@@ -144,9 +143,6 @@ def verify(path, *, workers: int | None = None, progress: bool | None = False) -
         problems.append(Problem(str(folder), ProblemKind.INCOMPLETE,
                                 f"no {MANIFEST_NAME}: the conversion was interrupted; finish it "
                                 "with 'tfopt convert ... --resume'"))
-    if manifest is None and folder.is_dir():
-        # as inspect reads such a folder: its TFRecord files, the others named in a note
-        files = tfrecord_files_of_folder(folder, files, notes)
     if manifest is None:
         notes.append("no manifest: checked record CRCs and counts only (no checksums, sizes or "
                      "expected counts to compare with)")
