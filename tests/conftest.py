@@ -107,9 +107,9 @@ def spawned_children(pid: int) -> list[int]:
 
 def interrupt_convert_after(monkeypatch, shards: int) -> None:
     """Make the next one-process ``convert`` stop like Ctrl-C once ``shards`` shards are done."""
-    from tfopt.records import convert as convert_module
+    from tfopt.records.convert import pool
 
-    real = convert_module.write_shard
+    real = pool.write_shard
     written = []
 
     def write_then_interrupt(task, folder, **kwargs):
@@ -118,7 +118,7 @@ def interrupt_convert_after(monkeypatch, shards: int) -> None:
         written.append(task.file)
         return real(task, folder, **kwargs)
 
-    monkeypatch.setattr(convert_module, "write_shard", write_then_interrupt)
+    monkeypatch.setattr(pool, "write_shard", write_then_interrupt)
 
 
 def folder_of(tmp_path, images: dict, name="images"):

@@ -20,6 +20,7 @@ from conftest import (
 )
 
 import tfopt
+from tfopt.records.convert.output import staging_folder
 from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME
 
 
@@ -158,7 +159,7 @@ def test_a_second_run_beside_a_running_conversion_is_refused_and_leaves_it_whole
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 0, stderr
     assert tfopt.verify(out).ok
-    assert not tfopt.records.convert.staging_folder(out).exists()
+    assert not staging_folder(out).exists()
 
 
 def test_a_truncated_npy_file_is_named_instead_of_failing_in_a_worker(tmp_path):

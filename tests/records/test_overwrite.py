@@ -14,8 +14,8 @@ import pytest
 from conftest import interrupt_convert_after, make_image_folder, spawned_children
 
 import tfopt
-from tfopt.records import convert as convert_module
-from tfopt.records.convert import staging_folder
+from tfopt.records.convert import output
+from tfopt.records.convert.output import staging_folder
 from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME
 
 
@@ -92,7 +92,7 @@ def test_a_kill_during_the_swap_is_set_right_by_the_next_run(
         old_dataset, image_folder, monkeypatch, killed_at):
     before = _files(old_dataset)
     new = dict(shards=4, seed=5)
-    real_move = convert_module._move_all
+    real_move = output._move_all
     calls = []
 
     def move_then_die(source, target, names):
@@ -107,9 +107,9 @@ def test_a_kill_during_the_swap_is_set_right_by_the_next_run(
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(convert_module, "_move_all", move_then_die)
+        patch.setattr(output, "_move_all", move_then_die)
         if killed_at == "cleaning-up":
-            patch.setattr(convert_module, "_remove_ours", remove_then_die)
+            patch.setattr(output, "_remove_ours", remove_then_die)
         with pytest.raises(KeyboardInterrupt):
             tfopt.convert(image_folder, old_dataset, workers=1, overwrite=True, **new)
     if killed_at != "cleaning-up":
