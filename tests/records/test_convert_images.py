@@ -234,14 +234,3 @@ def test_overwrite_never_deletes_files_tfopt_did_not_write(image_folder, tmp_pat
         with pytest.raises(tfopt.OutputExistsError, match="thesis.tex"):
             tfopt.convert(image_folder, out, workers=1, **kwargs)
     assert (out / "thesis.tex").read_text() == "precious"
-
-
-def test_invalid_options_name_the_argument():
-    with pytest.raises(tfopt.InvalidArgumentError, match=r"val_fraction=1\.5"):
-        tfopt.ConvertOptions(val_fraction=1.5)
-    with pytest.raises(tfopt.InvalidArgumentError, match="compression='zip' is not one of: none, gzip"):
-        tfopt.ConvertOptions(compression="zip")
-    with pytest.raises(tfopt.InvalidArgumentError, match="on_error"):
-        tfopt.ConvertOptions(on_error="ignore")
-    with pytest.raises(tfopt.InvalidArgumentError, match="exclude each other"):
-        tfopt.ConvertOptions(overwrite=True, resume=True)

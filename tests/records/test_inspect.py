@@ -88,3 +88,14 @@ def test_records_that_are_not_examples_are_refused(tmp_path, tf):
     text_file.write_text("hello, not a TFRecord file at all")
     with pytest.raises(tfopt.DatasetError, match="not a TFRecord file"):
         tfopt.inspect(text_file)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"sample": 2.5}, r"^sample=2\.5: expected an int >= 1 \(records\)"),
+    ({"sample": True}, r"^sample=True: expected an int >= 1"),
+    ({"sample": 0}, r"^sample=0: expected an int >= 1"),
+    ({"fast": 1}, r"^fast=1: expected True or False"),
+])
+def test_bad_arguments_are_named_before_anything_is_read(tmp_path, arguments, message):
+    with pytest.raises(tfopt.InvalidArgumentError, match=message):
+        tfopt.inspect(tmp_path / "nothing-here", **arguments)

@@ -103,3 +103,10 @@ def _record_offsets(path):
         (length,) = struct.unpack("<Q", data[position : position + 8])
         position += 8 + 4 + length + 4
     return offsets
+
+
+@pytest.mark.parametrize("workers", [0, 1.5, True, "2"])
+def test_bad_workers_are_named_before_anything_is_read(tmp_path, workers):
+    with pytest.raises(tfopt.InvalidArgumentError,
+                       match=r"^workers=.*: expected an int >= 1, or None for all usable cores"):
+        tfopt.verify(tmp_path / "nothing-here", workers=workers)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tfopt._progress import Progress
 from tfopt._tf_messages import short_tf_message
-from tfopt._validate import require
+from tfopt._validate import flag, whole_number
 from tfopt.errors import DatasetError
 from tfopt.records.format.schema_sample import (
     FeatureInfo,
@@ -160,7 +160,7 @@ def inspect(path, *, fast: bool = False, sample: int = 64,
     Raises:
         tfopt.DatasetError: Nothing readable at ``path``, records that are not
             ``tf.train.Example``, or mixed compression.
-        tfopt.InvalidArgumentError: ``sample`` is below 1.
+        tfopt.InvalidArgumentError: ``sample`` is not an int >= 1, or ``fast`` not a bool.
 
     Example:
         >>> info = inspect("imagenet/train-*")
@@ -168,8 +168,8 @@ def inspect(path, *, fast: bool = False, sample: int = 64,
         ('image/encoded', 'image/class/label')
     """
     # take(0) reads nothing and take(-1) everything: both would mislead, so refuse them here
-    require(sample >= 1, "sample", sample,
-            "a positive number of records, e.g. 64")
+    sample = whole_number(sample, "sample", 1, "an int >= 1 (records), e.g. 64")
+    fast = flag(fast, "fast")
     files, manifest, notes = resolve_files(path)  # a folder's: its TFRecord files only
     if manifest is None and not Path(str(path)).is_dir():
         owner, folder = manifest_listing(files)

@@ -13,12 +13,15 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
 
 from tfopt._files import fsync_dir
 from tfopt._progress import Progress
+from tfopt._system import usable_cores
+from tfopt._validate import known_options, require
 from tfopt._version import __version__
 from tfopt.errors import DatasetError, DiskFullError
 from tfopt.records.convert.journal import Journal, resumable_results
@@ -65,14 +68,18 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
             or another conversion is writing there now.
         tfopt.DiskFullError: The images cannot fit on ``dst``'s disk (checked before writing),
             or the disk filled up (the finished shards are kept for ``resume``).
-        tfopt.InvalidArgumentError: An option is out of range, or ``dst`` is ``src``, inside
-            it or around it.
+        tfopt.InvalidArgumentError: An unknown option, one of the wrong type or out of range,
+            or ``dst`` is ``src``, inside it or around it.
 
     Example:
         >>> result = convert("photos/", "shards/", val_fraction=0.1, seed=1)
         >>> result.manifest.class_names[:2]
         ['cat', 'dog']
     """
+    known_options(option_values, [field.name for field in dataclasses.fields(ConvertOptions)],
+                  "convert")
+    require(options is None or isinstance(options, ConvertOptions), "options", options,
+            "a ConvertOptions, or None (then pass its fields as keyword arguments)")
     if options is None:
         options = ConvertOptions(**option_values)
     elif option_values:
@@ -82,6 +89,7 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
     refuse_nested(src, dst)
     kind = SourceKind(options.source_format) if options.source_format else detect_kind(src)
     skip_bad = options.on_error == OnError.SKIP.value
+    workers = options.workers if options.workers is not None else usable_cores()
     scanned = scan_source(src, kind, label=options.label, skip_bad=skip_bad,
                           max_size=options.max_size, quality=options.quality, check=options.check)
     tasks = plan_shards(scanned, options)
@@ -107,7 +115,7 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
             total_items = sum(len(task.items) for task in todo)
             with Progress(total_items, "convert", unit="rec",
                           enabled=progress) as bar:
-                run_tasks(todo, work, options.workers, journal, done, bar)
+                run_tasks(todo, work, workers, journal, done, bar)
         except WorkerDied:
             raise  # an interruption too; its message says that finished shards are kept
         except (Cancelled, KeyboardInterrupt) as error:

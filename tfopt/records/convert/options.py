@@ -12,8 +12,14 @@ import dataclasses
 import enum
 from pathlib import Path
 
-from tfopt._system import usable_cores
-from tfopt._validate import choice, require
+from tfopt._validate import (
+    choice,
+    flag,
+    number,
+    optional_whole_number,
+    require,
+    whole_number,
+)
 from tfopt.errors import InvalidArgumentError
 from tfopt.records.manifest import Manifest
 from tfopt.records.sources import SourceKind
@@ -58,7 +64,8 @@ class ConvertOptions:
             Defaults to 0 (no validation split).
         compression: ``"gzip"`` or ``"none"``. Defaults to "none": GZIP saves disk but costs
             CPU on every read, the scarcer resource in training.
-        workers: Processes writing shards. Defaults to the number of usable cores.
+        workers: Processes writing shards. Defaults to None: the number of usable cores of
+            the machine that runs the conversion.
         max_size: Downscale images whose longer side exceeds this (aspect kept, JPEG
             re-encoded at ``quality``). Defaults to None (bytes stored as they are).
         quality: JPEG quality of downscaled images, 1-100. Defaults to 90.
@@ -75,6 +82,11 @@ class ConvertOptions:
             Defaults to False.
         resume: Finish an interrupted conversion into the same folder, an interrupted
             ``overwrite`` included. Defaults to False.
+
+    Raises:
+        tfopt.InvalidArgumentError: A field of the wrong type or out of range (the message
+            names it, the value received and what is allowed), or ``overwrite`` with
+            ``resume``.
     """
 
     source_format: str | None = None
@@ -99,18 +111,26 @@ class ConvertOptions:
         set_field("compression", choice(Compression, self.compression or "none", "compression").value)
         set_field("on_error", choice(OnError, self.on_error, "on_error").value)
         set_field("check", choice(ImageCheck, self.check, "check").value)
-        if self.workers is None:
-            set_field("workers", usable_cores())
+        require(self.label is None or isinstance(self.label, str), "label", self.label,
+                "the name of a CSV column or NumPy array, or None")
         # NumPy's generators take no negative seeds (a ValueError deep in the shuffle otherwise)
-        require(self.seed >= 0, "seed", self.seed, "an integer >= 0")
-        require(self.shard_size >= 1, "shard_size", self.shard_size, "a positive number of bytes")
-        require(self.shards is None or self.shards >= 1, "shards", self.shards, "at least 1")
-        require(0.0 <= self.val_fraction < 1.0, "val_fraction", self.val_fraction,
-                 "a fraction in [0, 1), e.g. 0.1")
-        require(self.workers >= 1, "workers", self.workers, "at least 1")
-        require(self.max_size is None or self.max_size >= 8, "max_size", self.max_size,
-                 "at least 8 pixels, e.g. 320 for 224-px training crops")
-        require(1 <= self.quality <= 100, "quality", self.quality, "1 to 100")
+        set_field("seed", whole_number(self.seed, "seed", 0))
+        set_field("shard_size", whole_number(self.shard_size, "shard_size", 1,
+                                             "a positive int of bytes, e.g. 134217728 (128 MiB)"))
+        set_field("shards", optional_whole_number(self.shards, "shards", 1,
+                                                  "an int >= 1, or None to size by shard_size"))
+        set_field("val_fraction", number(self.val_fraction, "val_fraction", low=0.0, high=1.0,
+                                         open_high=True,
+                                         expected="a finite number in [0, 1), e.g. 0.1"))
+        # None stays None: the core count is the machine's, resolved where convert runs
+        set_field("workers", optional_whole_number(self.workers, "workers", 1,
+                                                   "an int >= 1, or None for all usable cores"))
+        set_field("max_size", optional_whole_number(
+            self.max_size, "max_size", 8, "an int >= 8 (pixels), e.g. 320 for 224-px training "
+            "crops, or None to store images as they are"))
+        set_field("quality", whole_number(self.quality, "quality", 1, maximum=100))
+        set_field("overwrite", flag(self.overwrite, "overwrite"))
+        set_field("resume", flag(self.resume, "resume"))
         if self.overwrite and self.resume:
             raise InvalidArgumentError("overwrite and resume exclude each other: choose one")
 
