@@ -74,6 +74,27 @@ def image_folder(tmp_path) -> Path:
     return make_image_folder(tmp_path / "images")
 
 
+def small_image_dataset(root: Path, *, images: Path | None = None, per_class: int = 6,
+                        out: str = "out", **options) -> Path:
+    """A small tfopt dataset: an image folder converted into ``root / out``.
+
+    Args:
+        root: The folder to write in (a test's ``tmp_path``).
+        images: The image folder to convert. Defaults to a new
+            ``make_image_folder(root / "images", per_class)``.
+        per_class: JPEGs per class of the new image folder (each class has one PNG more).
+        out: The dataset folder's name under ``root``.
+        **options: ``convert``'s options; ``workers`` defaults to 1 (tests run on 2 cores).
+    """
+    import tfopt
+
+    if images is None:
+        images = make_image_folder(root / "images", per_class=per_class)
+    options.setdefault("workers", 1)
+    tfopt.convert(images, root / out, **options)
+    return root / out
+
+
 def read_examples(dataset: Path, split: str = "train", compression: str | None = None) -> list:
     """Every record of a split of a tfopt dataset, as ``tf.train.Example``, in shard order."""
     from tfopt._tf import import_tensorflow

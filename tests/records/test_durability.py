@@ -16,6 +16,7 @@ from conftest import (
     interrupt_convert_after,
     make_image_folder,
     random_pixels,
+    small_image_dataset,
     spawned_children,
 )
 
@@ -219,9 +220,7 @@ def _edit_manifest(dataset: Path, edit) -> None:
 
 @pytest.fixture
 def dataset(image_folder, tmp_path) -> Path:
-    out = tmp_path / "out"
-    tfopt.convert(image_folder, out, workers=1, shards=3)
-    return out
+    return small_image_dataset(tmp_path, images=image_folder, shards=3)
 
 
 def test_a_shard_listed_twice_is_a_problem(dataset):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import encode_jpeg, encode_png, make_image_folder, random_pixels
+from conftest import encode_jpeg, encode_png, random_pixels, small_image_dataset
 
 import tfopt
 
@@ -67,9 +67,7 @@ def test_foreign_keys_var_length_and_gzip_are_detected(tmp_path, tf):
 
 
 def test_tfopt_dataset_fast_count_comes_from_the_manifest(tmp_path):
-    out = tmp_path / "out"
-    tfopt.convert(make_image_folder(tmp_path / "images"), out, workers=1, shards=2,
-                  val_fraction=0.2)
+    out = small_image_dataset(tmp_path, shards=2, val_fraction=0.2)
     exact = tfopt.inspect(out)
     fast = tfopt.inspect(out, fast=True)
     assert exact.num_records == fast.num_records == 21

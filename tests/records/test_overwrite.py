@@ -11,7 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import interrupt_convert_after, make_image_folder, spawned_children
+from conftest import (
+    interrupt_convert_after,
+    make_image_folder,
+    small_image_dataset,
+    spawned_children,
+)
 
 import tfopt
 from tfopt.records.convert import output
@@ -29,9 +34,7 @@ def _hidden_siblings(folder: Path) -> list[str]:
 
 @pytest.fixture
 def old_dataset(image_folder, tmp_path) -> Path:
-    out = tmp_path / "out"
-    tfopt.convert(image_folder, out, workers=1, shards=2)
-    return out
+    return small_image_dataset(tmp_path, images=image_folder, shards=2)
 
 
 def _truncate(path: Path) -> None:
