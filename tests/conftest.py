@@ -107,6 +107,29 @@ def read_examples(dataset: Path, split: str = "train", compression: str | None =
     return [tf.train.Example.FromString(raw) for raw in reader.as_numpy_iterator()]
 
 
+def manifest_specs(dataset: Path) -> dict:
+    """The manifest's feature specs of a tfopt dataset, by feature name."""
+    from tfopt.records.manifest import read_manifest
+
+    return {spec.name: spec for spec in read_manifest(dataset).features}
+
+
+def pipeline_columns(dataset: Path, split=None, **kwargs) -> tuple[dict, np.ndarray | None]:
+    """Every feature and the label of a split, read through tfopt's own pipeline."""
+    import tfopt
+
+    features: dict[str, list] = {}
+    labels = []
+    for element in tfopt.build_pipeline(dataset, 64, split=split, **kwargs):
+        batch, label = element if isinstance(element, tuple) else (element, None)
+        for name, value in batch.items():
+            features.setdefault(name, []).append(value.numpy())
+        if label is not None:
+            labels.append(label.numpy())
+    joined = {name: np.concatenate(values) for name, values in features.items()}
+    return joined, (np.concatenate(labels) if labels else None)
+
+
 def feature_values(example, name: str) -> list:
     feature = example.features.feature[name]
     return list(getattr(feature, feature.WhichOneof("kind")).value)

@@ -1,4 +1,5 @@
-"""--resume after a real kill -9 of a converting process."""
+"""The journal of convert (records/convert/journal.py): --resume after a real kill -9 of a
+converting process, a damaged journaled shard written again, other options refused."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""convert on a disk that is too small: refused up front for images, named (not a worker's
+"""convert on a disk that is too small (records/disk_space.py): refused up front for images, named (not a worker's
 traceback) when it fills mid-run, with the finished shards kept for --resume."""
 
 from __future__ import annotations
