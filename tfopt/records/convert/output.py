@@ -5,8 +5,8 @@ dataset into a hidden staging folder beside it and swaps it in once complete; a 
 interrupted is finished or undone by the next run. Only files tfopt wrote are ever removed.
 
 Example:
-    >>> staging_folder("shards")
-    PosixPath('.shards.tfopt-new')
+    >>> staging_folder("/data/shards")
+    PosixPath('/data/.shards.tfopt-new')
 """
 
 from __future__ import annotations
