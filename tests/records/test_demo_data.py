@@ -1,11 +1,74 @@
-"""make_demo_data's arguments (records/demo_data.py): each bad one named before anything is
-written."""
+"""make_demo_data (records/demo_data.py): each bad argument named before anything is written;
+--overwrite replaces only demo images, as convert --overwrite replaces only shards."""
 
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 
 import tfopt
+from tfopt.cli import cli
+
+SMALL = ["--classes", "2", "--min-size", "16", "--max-size", "16", "--workers", "1", "-q"]
+
+
+def _demo(dst, count, *extra):
+    return CliRunner().invoke(cli, ["demo-data", str(dst), "--count", str(count), *SMALL, *extra])
+
+
+def _files(folder):
+    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*"))
+
+
+def _refused(result, *names):
+    assert result.exit_code == 1, result.output
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("tfopt: error: ") and all(name in line for name in names), line
+
+
+def test_overwrite_replaces_earlier_demo_images(tmp_path):
+    images = tmp_path / "images"
+    assert _demo(images, 8).exit_code == 0
+    assert _demo(images, 4, "--overwrite").exit_code == 0
+    assert _files(images) == ["circle", "circle/00000.jpg", "circle/00001.jpg",
+                              "square", "square/00000.jpg", "square/00001.jpg"]
+    assert [path.name for path in tmp_path.iterdir()] == ["images"]  # no temporary folder left
+
+
+def test_overwrite_refuses_a_converted_dataset_and_foreign_files(tmp_path):
+    images = tmp_path / "images"
+    assert _demo(images, 4).exit_code == 0
+    dataset = tmp_path / "dataset"
+    tfopt.convert(images, dataset, workers=1)
+    before = _files(dataset)
+    _refused(_demo(dataset, 4, "--overwrite"), str(dataset), "manifest.json")
+    _refused(_demo(dataset, 4), str(dataset), "manifest.json")
+    assert _files(dataset) == before
+    (images / "circle" / "notes.txt").write_text("mine")  # inside a class folder
+    _refused(_demo(images, 4, "--overwrite"), str(images), "circle/notes.txt")
+    assert (images / "circle" / "notes.txt").read_text() == "mine"
+
+
+def test_an_existing_empty_folder_is_filled_only_once_complete(tmp_path, monkeypatch):
+    import tfopt.records.demo_data as demo_data
+
+    images = tmp_path / "images"
+    images.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(images)
+    write_images = demo_data._write_images
+
+    def write_then_interrupt(*args):
+        write_images(*args)  # the first images are on disk
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo_data, "_write_images", write_then_interrupt)
+    assert _demo(link, 4).exit_code == 1
+    assert _files(images) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["images", "link"]
+    monkeypatch.setattr(demo_data, "_write_images", write_images)
+    assert _demo(link, 4).exit_code == 0
+    assert link.is_symlink() and len(_files(images)) == 6  # 2 class folders, 4 images
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["images", "link"]
 
 
 @pytest.mark.parametrize("arguments, message", [
