@@ -35,7 +35,8 @@ class FeatureInfo:
 
     Attributes:
         name: The feature key.
-        kind: ``"bytes"``, ``"int64"`` or ``"float"``.
+        kind: ``"bytes"``, ``"int64"`` or ``"float"``; ``"mixed"`` for several list types,
+            ``"empty"`` when every list read was empty.
         min_length: Fewest values in one record.
         max_length: Most values in one record.
         present_in: Sampled records that have the feature.
@@ -44,6 +45,9 @@ class FeatureInfo:
         min_size: Smallest image ``(height, width)`` seen, for image features.
         max_size: Largest image ``(height, width)`` seen, for image features.
         example: A short rendering of the first value.
+        mean_pixels: Mean ``height * width`` of the sampled images, for image features.
+        records: Records read: ``present_in`` below it means the feature is optional.
+        kinds: The list types seen; two or more make ``kind`` "mixed".
     """
 
     name: str
@@ -55,9 +59,9 @@ class FeatureInfo:
     min_size: tuple[int, int] | None = None
     max_size: tuple[int, int] | None = None
     example: str = ""
-    mean_pixels: float | None = None  # mean height*width of the sampled images
-    records: int = 0  # records read: present_in below it means the feature is optional
-    kinds: tuple[str, ...] = ()  # the list types seen (two or more: kind is "mixed")
+    mean_pixels: float | None = None
+    records: int = 0
+    kinds: tuple[str, ...] = ()
 
     @property
     def optional(self) -> bool:
