@@ -74,6 +74,27 @@ def image_folder(tmp_path) -> Path:
     return make_image_folder(tmp_path / "images")
 
 
+def small_image_dataset(root: Path, *, images: Path | None = None, per_class: int = 6,
+                        out: str = "out", **options) -> Path:
+    """A small tfopt dataset: an image folder converted into ``root / out``.
+
+    Args:
+        root: The folder to write in (a test's ``tmp_path``).
+        images: The image folder to convert. Defaults to a new
+            ``make_image_folder(root / "images", per_class)``.
+        per_class: JPEGs per class of the new image folder (each class has one PNG more).
+        out: The dataset folder's name under ``root``.
+        **options: ``convert``'s options; ``workers`` defaults to 1 (tests run on 2 cores).
+    """
+    import tfopt
+
+    if images is None:
+        images = make_image_folder(root / "images", per_class=per_class)
+    options.setdefault("workers", 1)
+    tfopt.convert(images, root / out, **options)
+    return root / out
+
+
 def read_examples(dataset: Path, split: str = "train", compression: str | None = None) -> list:
     """Every record of a split of a tfopt dataset, as ``tf.train.Example``, in shard order."""
     from tfopt._tf import import_tensorflow
@@ -84,6 +105,29 @@ def read_examples(dataset: Path, split: str = "train", compression: str | None =
     files = [str(dataset / shard.file) for shard in manifest.splits[split].shards]
     reader = tf.data.TFRecordDataset(files, "GZIP" if manifest.compression == "gzip" else "")
     return [tf.train.Example.FromString(raw) for raw in reader.as_numpy_iterator()]
+
+
+def manifest_specs(dataset: Path) -> dict:
+    """The manifest's feature specs of a tfopt dataset, by feature name."""
+    from tfopt.records.manifest import read_manifest
+
+    return {spec.name: spec for spec in read_manifest(dataset).features}
+
+
+def pipeline_columns(dataset: Path, split=None, **kwargs) -> tuple[dict, np.ndarray | None]:
+    """Every feature and the label of a split, read through tfopt's own pipeline."""
+    import tfopt
+
+    features: dict[str, list] = {}
+    labels = []
+    for element in tfopt.build_pipeline(dataset, 64, split=split, **kwargs):
+        batch, label = element if isinstance(element, tuple) else (element, None)
+        for name, value in batch.items():
+            features.setdefault(name, []).append(value.numpy())
+        if label is not None:
+            labels.append(label.numpy())
+    joined = {name: np.concatenate(values) for name, values in features.items()}
+    return joined, (np.concatenate(labels) if labels else None)
 
 
 def feature_values(example, name: str) -> list:
@@ -107,9 +151,9 @@ def spawned_children(pid: int) -> list[int]:
 
 def interrupt_convert_after(monkeypatch, shards: int) -> None:
     """Make the next one-process ``convert`` stop like Ctrl-C once ``shards`` shards are done."""
-    from tfopt.records import convert as convert_module
+    from tfopt.records.convert import pool
 
-    real = convert_module.write_shard
+    real = pool.write_shard
     written = []
 
     def write_then_interrupt(task, folder, **kwargs):
@@ -118,7 +162,7 @@ def interrupt_convert_after(monkeypatch, shards: int) -> None:
         written.append(task.file)
         return real(task, folder, **kwargs)
 
-    monkeypatch.setattr(convert_module, "write_shard", write_then_interrupt)
+    monkeypatch.setattr(pool, "write_shard", write_then_interrupt)
 
 
 def folder_of(tmp_path, images: dict, name="images"):

@@ -30,11 +30,11 @@ from tfopt.errors import (
 _LAZY_EXPORTS = {
     # records: the on-disk format
     "convert": "tfopt.records.convert",
-    "ConvertOptions": "tfopt.records.convert",
-    "ConvertResult": "tfopt.records.convert",
+    "ConvertOptions": "tfopt.records.convert.options",
+    "ConvertResult": "tfopt.records.convert.options",
     "inspect": "tfopt.records.inspect",
     "InspectResult": "tfopt.records.inspect",
-    "FeatureInfo": "tfopt.records.inspect",
+    "FeatureInfo": "tfopt.records.format.schema_sample",
     "verify": "tfopt.records.verify",
     "VerifyResult": "tfopt.records.verify",
     "Manifest": "tfopt.records.manifest",

@@ -16,10 +16,12 @@ from conftest import (
     interrupt_convert_after,
     make_image_folder,
     random_pixels,
+    small_image_dataset,
     spawned_children,
 )
 
 import tfopt
+from tfopt.records.convert.output import staging_folder
 from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME
 
 
@@ -158,7 +160,7 @@ def test_a_second_run_beside_a_running_conversion_is_refused_and_leaves_it_whole
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 0, stderr
     assert tfopt.verify(out).ok
-    assert not tfopt.records.convert.staging_folder(out).exists()
+    assert not staging_folder(out).exists()
 
 
 def test_a_truncated_npy_file_is_named_instead_of_failing_in_a_worker(tmp_path):
@@ -218,9 +220,7 @@ def _edit_manifest(dataset: Path, edit) -> None:
 
 @pytest.fixture
 def dataset(image_folder, tmp_path) -> Path:
-    out = tmp_path / "out"
-    tfopt.convert(image_folder, out, workers=1, shards=3)
-    return out
+    return small_image_dataset(tmp_path, images=image_folder, shards=3)
 
 
 def test_a_shard_listed_twice_is_a_problem(dataset):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import encode_jpeg, encode_png, make_image_folder, random_pixels
+from conftest import encode_jpeg, encode_png, random_pixels, small_image_dataset
 
 import tfopt
 
@@ -67,9 +67,7 @@ def test_foreign_keys_var_length_and_gzip_are_detected(tmp_path, tf):
 
 
 def test_tfopt_dataset_fast_count_comes_from_the_manifest(tmp_path):
-    out = tmp_path / "out"
-    tfopt.convert(make_image_folder(tmp_path / "images"), out, workers=1, shards=2,
-                  val_fraction=0.2)
+    out = small_image_dataset(tmp_path, shards=2, val_fraction=0.2)
     exact = tfopt.inspect(out)
     fast = tfopt.inspect(out, fast=True)
     assert exact.num_records == fast.num_records == 21
@@ -88,3 +86,14 @@ def test_records_that_are_not_examples_are_refused(tmp_path, tf):
     text_file.write_text("hello, not a TFRecord file at all")
     with pytest.raises(tfopt.DatasetError, match="not a TFRecord file"):
         tfopt.inspect(text_file)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"sample": 2.5}, r"^sample=2\.5: expected an int >= 1 \(records\)"),
+    ({"sample": True}, r"^sample=True: expected an int >= 1"),
+    ({"sample": 0}, r"^sample=0: expected an int >= 1"),
+    ({"fast": 1}, r"^fast=1: expected True or False"),
+])
+def test_bad_arguments_are_named_before_anything_is_read(tmp_path, arguments, message):
+    with pytest.raises(tfopt.InvalidArgumentError, match=message):
+        tfopt.inspect(tmp_path / "nothing-here", **arguments)

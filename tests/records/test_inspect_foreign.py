@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 
 import pytest
@@ -10,7 +9,7 @@ from click.testing import CliRunner
 from conftest import feature_of, write_examples
 
 import tfopt
-from tfopt.records.inspect import is_tfrecord_file, sample_schema
+from tfopt.records.format.schema_sample import sample_schema
 
 
 def late_changes(i):
@@ -85,23 +84,6 @@ def test_a_sequence_example_file_is_refused_naming_the_file(tmp_path, tf):
         sample_schema([path], None)
 
 
-def test_sample_schema_reads_the_first_records_of_every_file(tmp_path, tf):
-    files = [write_examples(tmp_path / f"s-{k}.tfrecord",
-                   [{"x": [1.0], **({"only_here": [k]} if k in (3, 6) else {})}
-                    for _ in range(30)], tf) for k in range(7)]
-    sample = sample_schema(files, None, records=70)
-    assert (sample.files, sample.per_file, sample.records) == (7, 10, 70)
-    seen = {f.name: f for f in sample.features}
-    assert seen["only_here"].present_in == 20 and seen["only_here"].optional
-    # more files than max_files: that many spread evenly, the first and the last included
-    spread = sample_schema(files, None, records=3, max_files=3)
-    assert (spread.files, spread.records) == (3, 3)  # files 0, 3 and 6
-    assert {f.name: f.present_in for f in spread.features}["only_here"] == 2
-    # large records: fewer per file, to stay near max_bytes
-    small = sample_schema(files, None, records=70, max_bytes=200)
-    assert small.per_file < 10
-
-
 def test_a_folder_without_manifest_reads_only_its_tfrecord_files(tmp_path, tf):
     folder = tmp_path / "foreign"
     folder.mkdir()
@@ -118,28 +100,6 @@ def test_a_folder_without_manifest_reads_only_its_tfrecord_files(tmp_path, tf):
     text = "\n".join(result.notes)
     assert "README.txt" in text and "notes.md" in text and "not TFRecord files" in text
     assert "manifest" in text
-
-
-@pytest.mark.parametrize("command", [tfopt.inspect, tfopt.verify])
-def test_a_folder_without_manifest_or_tfrecord_files_is_an_error(tmp_path, command):
-    folder = tmp_path / "docs"
-    folder.mkdir()
-    (folder / "README.txt").write_text("hello\n")
-    with pytest.raises(tfopt.DatasetError, match="no TFRecord files in this folder.*README.txt"):
-        command(folder)
-
-
-def test_tfrecord_files_are_told_by_name_or_by_their_first_record_header(tmp_path, tf):
-    write_examples(tmp_path / "noext", [{"a": [1]}], tf)
-    write_examples(tmp_path / "gz", [{"a": [1]}], tf, "GZIP")
-    (tmp_path / "empty").write_bytes(b"")  # an empty TFRecord file holds no records
-    (tmp_path / "short").write_bytes(b"hello\n")
-    (tmp_path / "text").write_text("0123456789abcdef, plain text")
-    (tmp_path / "badgz").write_bytes(gzip.compress(b"plain text inside a gzip stream"))
-    (tmp_path / "cut.tfrecord").write_bytes(b"xx")  # named as TFRecord: read, and reported
-    assert [is_tfrecord_file(tmp_path / name) for name in
-            ("noext", "gz", "empty", "short", "text", "badgz", "cut.tfrecord")] == \
-        [True, True, True, False, False, False, True]
 
 
 def test_a_glob_of_tfopt_shards_names_the_dataset_whose_manifest_describes_them(tmp_path):

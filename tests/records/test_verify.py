@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import make_image_folder
+from conftest import small_image_dataset
 
 import tfopt
 from tfopt.records.manifest import MANIFEST_NAME
@@ -11,10 +11,7 @@ from tfopt.records.manifest import MANIFEST_NAME
 
 @pytest.fixture
 def dataset(tmp_path):
-    folder = make_image_folder(tmp_path / "images", per_class=8)
-    out = tmp_path / "out"
-    tfopt.convert(folder, out, workers=1, shards=3)
-    return out
+    return small_image_dataset(tmp_path, per_class=8, shards=3)
 
 
 def _kinds(result):
@@ -103,3 +100,10 @@ def _record_offsets(path):
         (length,) = struct.unpack("<Q", data[position : position + 8])
         position += 8 + 4 + length + 4
     return offsets
+
+
+@pytest.mark.parametrize("workers", [0, 1.5, True, "2"])
+def test_bad_workers_are_named_before_anything_is_read(tmp_path, workers):
+    with pytest.raises(tfopt.InvalidArgumentError,
+                       match=r"^workers=.*: expected an int >= 1, or None for all usable cores"):
+        tfopt.verify(tmp_path / "nothing-here", workers=workers)

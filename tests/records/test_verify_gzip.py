@@ -10,7 +10,7 @@ import gzip
 
 import pytest
 from click.testing import CliRunner
-from conftest import make_image_folder
+from conftest import small_image_dataset
 
 import tfopt
 from tfopt.cli import cli
@@ -21,10 +21,7 @@ SHARD = "train-00001-of-00002.tfrecord.gz"
 
 @pytest.fixture
 def dataset(tmp_path):
-    folder = make_image_folder(tmp_path / "images", per_class=4)
-    out = tmp_path / "out"
-    tfopt.convert(folder, out, workers=1, shards=2, compression="gzip")
-    return out
+    return small_image_dataset(tmp_path, per_class=4, shards=2, compression="gzip")
 
 
 def _cut_inside_last_header(shard, keep: int = 5):

@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from tfopt._validate import choice, flag, whole_number
 from tfopt.data.decode import CROP_AREA, CROP_ASPECT, central_crop_window, resize_uint8
-from tfopt.records._files_of import tf_compression_type
+from tfopt.records.format.tfrecord import tf_compression_type
 
 __all__ = ["Crop", "Pixels", "example_fn", "guide_dataset", "limit_dataset", "naive_dataset"]
 

@@ -36,7 +36,7 @@ from tfopt.bench.baselines import naive_dataset
 from tfopt.data.pipeline import PipelineBuilder
 from tfopt.errors import DatasetError, InvalidArgumentError
 from tfopt.models import DEFAULT_IMAGE_SIZE, ModelName, build_model, compile_model
-from tfopt.records._files_of import tf_compression_type
+from tfopt.records.format.tfrecord import tf_compression_type
 from tfopt.train.callbacks import InputProbe, training_callbacks
 from tfopt.train.fused_batch_norm import fuse_batch_norm
 from tfopt.train.precision import choose_policy, enable_policy

@@ -73,7 +73,7 @@ def demo_data(dst, count, classes, seed, min_size, max_size, workers, overwrite,
 @_json
 def convert(src, dst, quiet, as_json, **options):
     """Convert an image folder, NumPy arrays or a CSV file into sharded TFRecords."""
-    from tfopt.records.convert import ConvertOptions
+    from tfopt.records.convert.options import ConvertOptions
 
     options = ConvertOptions(**options)
     try:

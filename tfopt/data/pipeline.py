@@ -39,7 +39,7 @@ from tfopt.data.decode import (
 )
 from tfopt.data.source import ParsedFeature, PipelineSource, resolve_source
 from tfopt.errors import InvalidArgumentError
-from tfopt.records._files_of import tf_compression_type
+from tfopt.records.format.tfrecord import tf_compression_type
 from tfopt.records.schema import FeatureKind
 
 logger = logging.getLogger("tfopt")

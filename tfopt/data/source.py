@@ -19,16 +19,18 @@ import logging
 from pathlib import Path
 
 from tfopt.errors import DatasetError, InvalidArgumentError
-from tfopt.records._files_of import resolve_files
-from tfopt.records.inspect import (
+from tfopt.records.format.schema_sample import (
     FeatureInfo,
     SchemaSample,
-    detect_compression,
-    folder_hint,
-    manifest_listing,
     pick_image_key,
     pick_label_key,
     sample_schema,
+)
+from tfopt.records.format.tfrecord import (
+    detect_compression,
+    folder_hint,
+    manifest_listing,
+    resolve_files,
 )
 from tfopt.records.manifest import MANIFEST_NAME, Manifest, read_manifest
 from tfopt.records.schema import Encoding, FeatureKind

@@ -24,6 +24,7 @@ import numpy as np
 from tfopt._files import TEMP_MARKER, fsync_dir, temp_path_for
 from tfopt._progress import Progress
 from tfopt._system import usable_cores
+from tfopt._validate import flag, optional_whole_number, whole_number
 from tfopt.errors import InvalidArgumentError, OutputExistsError, TfoptError
 
 CLASS_NAMES = ("circle", "square", "triangle", "ring", "cross",
@@ -203,25 +204,24 @@ def make_demo_data(dst, count: int = 3000, classes: int = 10, seed: int = 0,
         progress: Progress bar on stderr (None: when stderr is a terminal). Defaults to False.
 
     Raises:
-        InvalidArgumentError: An argument is out of range.
-        OutputExistsError: ``dst`` holds files demo-data did not write, or demo images and
+        tfopt.InvalidArgumentError: An argument of the wrong type or out of range.
+        tfopt.OutputExistsError: ``dst`` holds files demo-data did not write, or demo images and
             ``overwrite`` is False.
 
     Example:
         >>> make_demo_data("demo/images", count=200).num_images
         200
     """
-    if not 2 <= classes <= len(CLASS_NAMES):
-        raise InvalidArgumentError(f"classes={classes}: expected 2 to {len(CLASS_NAMES)}")
-    if count < classes:
-        raise InvalidArgumentError(f"count={count}: expected at least one image per class ({classes})")
-    if not 16 <= min_size <= max_size <= _NOISE_TILE_SIDE:
-        raise InvalidArgumentError(f"min_size={min_size}, max_size={max_size}: expected "
-                                   f"16 <= min_size <= max_size <= {_NOISE_TILE_SIDE}")
-    if seed < 0:  # NumPy's generators take no negative seeds
-        raise InvalidArgumentError(f"seed={seed}: expected an integer >= 0")
-    if workers is not None and workers < 1:
-        raise InvalidArgumentError(f"workers={workers}: expected at least 1, or None for all cores")
+    classes = whole_number(classes, "classes", 2, maximum=len(CLASS_NAMES))
+    count = whole_number(count, "count", classes,
+                         f"an int >= classes ({classes}): at least one image per class")
+    min_size = whole_number(min_size, "min_size", 16, maximum=_NOISE_TILE_SIDE)
+    max_size = whole_number(max_size, "max_size", min_size, maximum=_NOISE_TILE_SIDE,
+                            expected=f"an int from min_size ({min_size}) to {_NOISE_TILE_SIDE}")
+    seed = whole_number(seed, "seed", 0)  # NumPy's generators take no negative seeds
+    workers = optional_whole_number(workers, "workers", 1,
+                                    "an int >= 1, or None for all usable cores")
+    overwrite = flag(overwrite, "overwrite")
     dst = Path(dst)
     if dst.exists() and not dst.is_dir():
         raise OutputExistsError(f"{dst}: exists and is not a folder")

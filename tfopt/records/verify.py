@@ -19,9 +19,8 @@ from tfopt._files import is_temp_file, sha256_file
 from tfopt._progress import Progress
 from tfopt._system import usable_cores
 from tfopt._tf_messages import short_tf_message
-from tfopt._validate import require
-from tfopt.records._files_of import is_gzip, resolve_files, tf_compression_type
-from tfopt.records.inspect import tfrecord_files_of_folder
+from tfopt._validate import optional_whole_number
+from tfopt.records.format.tfrecord import is_gzip, resolve_files, tf_compression_type
 from tfopt.records.manifest import (
     JOURNAL_NAME,
     MANIFEST_NAME,
@@ -128,13 +127,15 @@ def verify(path, *, workers: int | None = None, progress: bool | None = False) -
 
     Raises:
         tfopt.DatasetError: Nothing to verify at ``path``.
-        tfopt.InvalidArgumentError: ``workers`` is below 1.
+        tfopt.InvalidArgumentError: ``workers`` is not an int >= 1 or None.
 
     Example:
         >>> result = verify("shards/")
         >>> result.ok, [str(p) for p in result.problems]
         (True, [])
     """
+    workers = optional_whole_number(workers, "workers", 1,
+                                    "an int >= 1, or None for all usable cores")
     files, manifest, notes = resolve_files(path)
     problems: list[Problem] = []
     folder = Path(path)
@@ -144,9 +145,6 @@ def verify(path, *, workers: int | None = None, progress: bool | None = False) -
         problems.append(Problem(str(folder), ProblemKind.INCOMPLETE,
                                 f"no {MANIFEST_NAME}: the conversion was interrupted; finish it "
                                 "with 'tfopt convert ... --resume'"))
-    if manifest is None and folder.is_dir():
-        # as inspect reads such a folder: its TFRecord files, the others named in a note
-        files = tfrecord_files_of_folder(folder, files, notes)
     if manifest is None:
         notes.append("no manifest: checked record CRCs and counts only (no checksums, sizes or "
                      "expected counts to compare with)")
@@ -182,7 +180,6 @@ def verify(path, *, workers: int | None = None, progress: bool | None = False) -
                 what = ("a leftover temporary file of an interrupted write" if is_temp_file(entry)
                         else "not listed in the manifest")
                 problems.append(Problem(str(entry), ProblemKind.EXTRA, what))
-    require(workers is None or workers >= 1, "workers", workers, "at least 1, or None for all cores")
     workers = workers or usable_cores()
     checked = []
     with Progress(len(jobs), "verify", unit="file",

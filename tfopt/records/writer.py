@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from tfopt._files import atomic_path, sha256_file
-from tfopt.records._files_of import tf_compression_type
+from tfopt.records.format.tfrecord import tf_compression_type
 from tfopt.records.manifest import SkippedItem
 from tfopt.records.schema import IMAGE_FORMAT_KEY, Encoding, FeatureKind, FeatureSpec
 from tfopt.records.sources import BadItem, SourceKind, open_reader

@@ -1,4 +1,5 @@
-"""--resume after a real kill -9 of a converting process."""
+"""The journal of convert (records/convert/journal.py): --resume after a real kill -9 of a
+converting process, a damaged journaled shard written again, other options refused."""
 
 from __future__ import annotations
 
@@ -100,13 +101,13 @@ def test_resume_redoes_a_journaled_shard_whose_file_was_damaged(image_folder, tm
     # turn the finished dataset back into an interrupted one: journal, no manifest
     manifest = tfopt.read_manifest(out)
     (out / MANIFEST_NAME).unlink()
-    from tfopt.records.convert import _fingerprint, plan_shards
+    from tfopt.records.convert.plan import plan_fingerprint, plan_shards
     from tfopt.records.sources import SourceKind, scan_source
     from tfopt.records.writer import ShardResult
 
     opts = tfopt.ConvertOptions(**options)
     scanned = scan_source(image_folder, SourceKind.IMAGES, label=None, skip_bad=False)
-    fingerprint = _fingerprint(scanned, opts, plan_shards(scanned, opts))
+    fingerprint = plan_fingerprint(scanned, opts, plan_shards(scanned, opts))
     lines = [f'{{"journal": 1, "fingerprint": "{fingerprint}"}}']
     for shard in manifest.shards:
         lines.append(json.dumps(ShardResult(shard.file, "train", shard.num_records, shard.num_bytes,

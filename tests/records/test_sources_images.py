@@ -1,14 +1,12 @@
-"""convert on image folders: round trips, labels, shards and splits, bad input, skipping."""
+"""Image-folder sources (records/sources/images.py): every image byte for byte with its folder
+label, every format, downscaling, and each bad file named (or skipped with its reason)."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 from conftest import encode_jpeg, feature_values, random_pixels, read_examples
 
 import tfopt
-from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME, read_manifest
 
 
 def test_round_trip_keeps_every_image_byte_for_byte_with_its_folder_label(image_folder, tmp_path):
@@ -34,68 +32,6 @@ def test_round_trip_keeps_every_image_byte_for_byte_with_its_folder_label(image_
     # mixed formats: readers must use decode_image, and the manifest says so
     assert manifest.feature("image/encoded").encoding.value == "image"
     assert manifest.source["image_formats"] == {"jpeg": 18, "png": 3}
-
-
-def test_shards_are_named_counted_and_checksummed_and_the_manifest_comes_last(image_folder, tmp_path):
-    out = tmp_path / "out"
-    tfopt.convert(image_folder, out, workers=1, shards=4, val_fraction=0.3, seed=3)
-    manifest = read_manifest(out)
-    train, validation = manifest.splits["train"], manifest.splits["validation"]
-    assert [s.file for s in train.shards] == [f"train-{i:05d}-of-00004.tfrecord" for i in range(4)]
-    assert len(validation.shards) >= 1
-    assert train.num_records + validation.num_records == 21
-    assert validation.num_records == 6  # floor(21 * 0.3)
-    for shard in manifest.shards:
-        assert (out / shard.file).stat().st_size == shard.num_bytes
-    assert not (out / JOURNAL_NAME).exists()
-    on_disk = json.loads((out / MANIFEST_NAME).read_text())
-    assert on_disk["totals"]["num_records"] == 21
-    assert on_disk["options"]["seed"] == 3
-
-
-def test_validation_split_is_stratified_and_disjoint(tmp_path):
-    from conftest import make_image_folder
-
-    folder = make_image_folder(tmp_path / "images", per_class=19, classes=("a", "b", "c", "d"))
-    out = tmp_path / "out"
-    tfopt.convert(folder, out, workers=1, val_fraction=0.25)
-    names = {split: [feature_values(e, "image/filename")[0].decode() for e in read_examples(out, split)]
-             for split in ("train", "validation")}
-    assert not set(names["train"]) & set(names["validation"])
-    per_class = {c: sum(n.startswith(c + "/") for n in names["validation"]) for c in "abcd"}
-    assert all(4 <= count <= 6 for count in per_class.values()), per_class
-
-
-def test_shuffle_mixes_classes_in_every_shard_and_follows_the_seed(tmp_path):
-    from conftest import make_image_folder
-
-    folder = make_image_folder(tmp_path / "images", per_class=10)
-    first = tfopt.convert(folder, tmp_path / "a", workers=1, shards=3, seed=1)
-    again = tfopt.convert(folder, tmp_path / "b", workers=1, shards=3, seed=1)
-    other = tfopt.convert(folder, tmp_path / "c", workers=1, shards=3, seed=2)
-    assert [s.sha256 for s in first.manifest.shards] == [s.sha256 for s in again.manifest.shards]
-    assert [s.sha256 for s in first.manifest.shards] != [s.sha256 for s in other.manifest.shards]
-    for shard in first.manifest.shards:
-        examples = read_examples_of_shard(tmp_path / "a" / shard.file)
-        labels = {feature_values(e, "image/class/label")[0] for e in examples}
-        assert len(labels) >= 2, f"{shard.file} holds a single class"
-
-
-def read_examples_of_shard(path):
-    from tfopt._tf import import_tensorflow
-
-    tf = import_tensorflow()
-    return [tf.train.Example.FromString(r) for r in tf.data.TFRecordDataset(str(path)).as_numpy_iterator()]
-
-
-def test_gzip_and_shard_size(image_folder, tmp_path):
-    out = tmp_path / "out"
-    result = tfopt.convert(image_folder, out, workers=1, compression="gzip", shard_size=8000)
-    files = [s.file for s in result.manifest.shards]
-    assert all(name.endswith(".tfrecord.gz") for name in files)
-    assert len(files) > 3  # ~5 KB per image, 8 KB shards
-    assert (out / files[0]).read_bytes()[:2] == b"\x1f\x8b"
-    assert len(read_examples(out)) == 21
 
 
 def test_max_size_downscales_larger_images_keeping_aspect(tmp_path, tf):
@@ -129,15 +65,6 @@ def test_all_image_formats_and_extension_case(tmp_path):
     sizes = {feature_values(e, "image/filename")[0].decode(): (feature_values(e, "image/height")[0],
              feature_values(e, "image/width")[0]) for e in read_examples(tmp_path / "out")}
     assert sizes["k/c.gif"] == (1, 1) and sizes["k/d.BMP"] == (5, 7)
-
-
-def test_parallel_workers_write_the_same_dataset_as_one_process(image_folder, tmp_path):
-    one = tfopt.convert(image_folder, tmp_path / "one", workers=1, shards=4, seed=5)
-    two = tfopt.convert(image_folder, tmp_path / "two", workers=2, shards=4, seed=5)
-    assert [s.sha256 for s in one.manifest.shards] == [s.sha256 for s in two.manifest.shards]
-
-
-# --- bad input ---------------------------------------------------------------------------------
 
 
 def _assert_nothing_written(out):
@@ -210,38 +137,3 @@ def test_skip_records_each_bad_item_with_its_reason(image_folder, tmp_path):
     # labels stay those of the sorted class folders, the empty one included
     assert result.manifest.class_names == ["cat", "dog", "emu", "zebra"]
     assert tfopt.verify(out).ok
-
-
-# --- the output folder -------------------------------------------------------------------------
-
-
-def test_existing_output_is_refused_then_replaced_with_overwrite(image_folder, tmp_path):
-    out = tmp_path / "out"
-    first = tfopt.convert(image_folder, out, workers=1, shards=2)
-    with pytest.raises(tfopt.OutputExistsError, match="--overwrite"):
-        tfopt.convert(image_folder, out, workers=1, shards=2)
-    assert read_manifest(out) == first.manifest  # untouched by the refusal
-    second = tfopt.convert(image_folder, out, workers=1, shards=3, overwrite=True)
-    assert sorted(p.name for p in out.iterdir()) == sorted(
-        [MANIFEST_NAME] + [s.file for s in second.manifest.shards])
-
-
-def test_overwrite_never_deletes_files_tfopt_did_not_write(image_folder, tmp_path):
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "thesis.tex").write_text("precious")
-    for kwargs in ({}, {"overwrite": True}):
-        with pytest.raises(tfopt.OutputExistsError, match="thesis.tex"):
-            tfopt.convert(image_folder, out, workers=1, **kwargs)
-    assert (out / "thesis.tex").read_text() == "precious"
-
-
-def test_invalid_options_name_the_argument():
-    with pytest.raises(tfopt.InvalidArgumentError, match=r"val_fraction=1\.5"):
-        tfopt.ConvertOptions(val_fraction=1.5)
-    with pytest.raises(tfopt.InvalidArgumentError, match="compression='zip' is not one of: none, gzip"):
-        tfopt.ConvertOptions(compression="zip")
-    with pytest.raises(tfopt.InvalidArgumentError, match="on_error"):
-        tfopt.ConvertOptions(on_error="ignore")
-    with pytest.raises(tfopt.InvalidArgumentError, match="exclude each other"):
-        tfopt.ConvertOptions(overwrite=True, resume=True)

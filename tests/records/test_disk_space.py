@@ -1,4 +1,4 @@
-"""convert on a disk that is too small: refused up front for images, named (not a worker's
+"""convert on a disk that is too small (records/disk_space.py): refused up front for images, named (not a worker's
 traceback) when it fills mid-run, with the finished shards kept for --resume."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import tfopt
-from tfopt.records import convert as convert_module
 from tfopt.records import disk_space
+from tfopt.records.convert import pool
 from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME
 
 
@@ -38,7 +38,7 @@ def test_an_image_dataset_that_cannot_fit_is_refused_before_anything_is_written(
 def test_a_disk_that_fills_mid_run_keeps_the_finished_shards_for_resume(
         image_folder, tmp_path, monkeypatch):
     out = tmp_path / "out"
-    real = convert_module.write_shard
+    real = pool.write_shard
     written = []
 
     def write_until_full(task, folder, **kwargs):
@@ -49,7 +49,7 @@ def test_a_disk_that_fills_mid_run_keeps_the_finished_shards_for_resume(
         return real(task, folder, **kwargs)
 
     with monkeypatch.context() as patch:
-        patch.setattr(convert_module, "write_shard", write_until_full)
+        patch.setattr(pool, "write_shard", write_until_full)
         with pytest.raises(tfopt.DiskFullError,
                            match=r"out: no space left on device after 1 of 3 shards; .*--resume"):
             tfopt.convert(image_folder, out, workers=1, shards=3)

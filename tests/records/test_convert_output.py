@@ -1,5 +1,6 @@
-"""convert --overwrite keeps the old dataset until the new one is complete; nested folders are
-refused; a Ctrl-C in a terminal ends with one line."""
+"""The output folder of convert (records/convert/output.py): existing data refused without
+overwrite, files tfopt did not write never removed; --overwrite keeps the old dataset until the
+new one is complete; nested folders are refused; a Ctrl-C in a terminal ends with one line."""
 
 from __future__ import annotations
 
@@ -11,12 +12,17 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import interrupt_convert_after, make_image_folder, spawned_children
+from conftest import (
+    interrupt_convert_after,
+    make_image_folder,
+    small_image_dataset,
+    spawned_children,
+)
 
 import tfopt
-from tfopt.records import convert as convert_module
-from tfopt.records.convert import staging_folder
-from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME
+from tfopt.records.convert import output
+from tfopt.records.convert.output import staging_folder
+from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME, read_manifest
 
 
 def _files(folder: Path) -> dict:
@@ -29,9 +35,7 @@ def _hidden_siblings(folder: Path) -> list[str]:
 
 @pytest.fixture
 def old_dataset(image_folder, tmp_path) -> Path:
-    out = tmp_path / "out"
-    tfopt.convert(image_folder, out, workers=1, shards=2)
-    return out
+    return small_image_dataset(tmp_path, images=image_folder, shards=2)
 
 
 def _truncate(path: Path) -> None:
@@ -92,7 +96,7 @@ def test_a_kill_during_the_swap_is_set_right_by_the_next_run(
         old_dataset, image_folder, monkeypatch, killed_at):
     before = _files(old_dataset)
     new = dict(shards=4, seed=5)
-    real_move = convert_module._move_all
+    real_move = output._move_all
     calls = []
 
     def move_then_die(source, target, names):
@@ -107,9 +111,9 @@ def test_a_kill_during_the_swap_is_set_right_by_the_next_run(
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(convert_module, "_move_all", move_then_die)
+        patch.setattr(output, "_move_all", move_then_die)
         if killed_at == "cleaning-up":
-            patch.setattr(convert_module, "_remove_ours", remove_then_die)
+            patch.setattr(output, "_remove_ours", remove_then_die)
         with pytest.raises(KeyboardInterrupt):
             tfopt.convert(image_folder, old_dataset, workers=1, overwrite=True, **new)
     if killed_at != "cleaning-up":
@@ -224,3 +228,24 @@ def test_a_second_run_is_refused_while_one_writes_the_staging_folder(
         os.close(holder)
     result = tfopt.convert(image_folder, old_dataset, workers=1, shards=4, seed=5, resume=True)
     assert result.resumed_shards == 2 and tfopt.verify(old_dataset).ok
+
+
+def test_existing_output_is_refused_then_replaced_with_overwrite(image_folder, tmp_path):
+    out = tmp_path / "out"
+    first = tfopt.convert(image_folder, out, workers=1, shards=2)
+    with pytest.raises(tfopt.OutputExistsError, match="--overwrite"):
+        tfopt.convert(image_folder, out, workers=1, shards=2)
+    assert read_manifest(out) == first.manifest  # untouched by the refusal
+    second = tfopt.convert(image_folder, out, workers=1, shards=3, overwrite=True)
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [MANIFEST_NAME] + [s.file for s in second.manifest.shards])
+
+
+def test_overwrite_never_deletes_files_tfopt_did_not_write(image_folder, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "thesis.tex").write_text("precious")
+    for kwargs in ({}, {"overwrite": True}):
+        with pytest.raises(tfopt.OutputExistsError, match="thesis.tex"):
+            tfopt.convert(image_folder, out, workers=1, **kwargs)
+    assert (out / "thesis.tex").read_text() == "precious"

@@ -1,0 +1,25 @@
+"""Source kinds told from the path, and the messages when none fits (records/sources/)."""
+
+from __future__ import annotations
+
+import pytest
+
+import tfopt
+
+
+def test_source_messages_name_what_was_looked_for(tmp_path):
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "readme.txt").write_text("hi")
+    with pytest.raises(tfopt.SourceError) as error:
+        tfopt.convert(folder, tmp_path / "out", workers=1)
+    assert ".npy" in str(error.value) and "SRC/<class>/<image>" in str(error.value)
+    assert "readme.txt" in str(error.value)
+    unknown = tmp_path / "data.parquet"
+    unknown.write_bytes(b"PAR1")
+    with pytest.raises(tfopt.SourceError, match=r"\.csv or \.tsv"):
+        tfopt.convert(unknown, tmp_path / "out", workers=1)
+    images = tmp_path / "images" / "cat"
+    images.mkdir(parents=True)
+    with pytest.raises(tfopt.InvalidArgumentError, match="^label 'kind': the labels of an image"):
+        tfopt.convert(images.parent, tmp_path / "out", workers=1, label="kind")

@@ -1,0 +1,226 @@
+"""The shard writers of ``convert``: worker processes and a thread of this process.
+
+``workers - 1`` spawned processes and a local thread share the shard tasks; each finished shard
+is journaled as it arrives. Ctrl-C is held back while workers start, and answered by the main
+process; a worker that dies (OOM killer) is an interruption, which keeps the finished shards.
+
+Example:
+    >>> run_tasks(tasks, Path("shards"), workers=4, journal=journal, done={}, bar=bar)
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextlib
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+from tfopt.errors import TfoptError
+from tfopt.records.convert.journal import Journal
+from tfopt.records.writer import ShardResult, ShardTask, write_shard
+
+_worker_state: dict = {}
+
+
+def _init_worker(queue, stop_event, parent_pid: int) -> None:
+    # the process was started with SIGINT blocked (see _sigint_blocked): a Ctrl-C reaches the
+    # whole process group, and the main process, not each worker, answers it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from tfopt._tf import import_tensorflow
+
+    tf = import_tensorflow()  # without one set of C++ banners per worker
+
+    # one shard per process and eager per-image ops: thread pools would only contend
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    _worker_state.update(queue=queue, stop=stop_event, parent=parent_pid)
+    threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True,
+                     name="tfopt-parent-watch").start()
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """End this worker when its parent is gone (kill -9): an idle worker waits on a queue
+    whose pipe it also holds open, so it would never see the parent go and would linger,
+    holding TensorFlow's ~500 MB, forever."""
+    while os.getppid() == parent_pid:
+        time.sleep(0.5)
+    os._exit(1)
+
+
+def _worker_should_stop() -> bool:
+    # a killed parent (kill -9) leaves workers orphaned: they notice and stop
+    return _worker_state["stop"].is_set() or os.getppid() != _worker_state["parent"]
+
+
+def _worker_write_shard(task: ShardTask, folder: str) -> ShardResult:
+    return write_shard(task, Path(folder), report=_worker_state["queue"].put,
+                       should_stop=_worker_should_stop)
+
+
+def run_tasks(tasks, dst: Path, workers: int, journal: Journal, done: dict, bar) -> None:
+    """Write ``tasks``; journal each result and add it to ``done``.
+
+    With several workers, ``workers - 1`` spawned processes and a thread of this process share
+    the shards. Spawning costs each process a TensorFlow import (about 3 s here), so this
+    process, idle otherwise, starts writing at once instead of waiting for a process of its
+    own: on 2 cores that is most of the start-up cost back.
+    """
+    def finished(result: ShardResult) -> None:
+        journal.append(result)
+        done[result.file] = result
+
+    workers = min(workers, len(tasks))
+    if workers <= 1:
+        for task in tasks:
+            finished(write_shard(task, dst, report=bar.update))
+        return
+    # larger shards first: the last shard to finish is then a small one
+    todo = collections.deque(sorted(tasks, key=lambda task: -len(task.items)))
+    lock = threading.Lock()
+
+    def next_task():
+        with lock:
+            return todo.popleft() if todo else None
+
+    context = multiprocessing.get_context("spawn")  # fork after TensorFlow started is unsafe
+    queue, stop = context.Queue(), context.Event()
+    local = _LocalWriter(next_task, dst, queue.put, stop.is_set)
+    executor = concurrent.futures.ProcessPoolExecutor(
+        workers - 1, mp_context=context, initializer=_init_worker,
+        initargs=(queue, stop, os.getpid()))
+    in_flight: set = set()
+    try:
+        local.start()
+        while True:
+            # one running and one queued task per process: no process waits between shards
+            while len(in_flight) < 2 * (workers - 1) and (task := next_task()) is not None:
+                with _sigint_blocked():  # submit starts the worker processes
+                    in_flight.add(executor.submit(_worker_write_shard, task, str(dst)))
+            if not in_flight and local.finished:
+                break
+            completed, in_flight = concurrent.futures.wait(
+                in_flight, timeout=0.1, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in completed:
+                finished(future.result())  # re-raises a worker's SourceError here
+            for result in local.take_results():  # re-raises the thread's errors here
+                finished(result)
+            _drain(queue, bar)
+        _drain(queue, bar)
+    except concurrent.futures.process.BrokenProcessPool as error:
+        _stop_all(stop, local, executor)
+        raise WorkerDied(
+            "a shard-writing process died (killed, or out of memory?); the shards finished so "
+            "far are kept: run again with --resume. When calling tfopt.convert from a script, "
+            "put the call under  if __name__ == '__main__':  (worker processes are spawned and "
+            "re-import the script)") from error
+    except BaseException:
+        _stop_all(stop, local, executor)
+        raise
+    # every shard is in: let the idle workers exit on their own (their TensorFlow teardown
+    # takes ~0.5 s) instead of making the caller wait for it
+    executor.shutdown(wait=False)
+
+
+class WorkerDied(TfoptError):
+    """A shard-writing process died (OOM killer, kill -9): an interruption, like Ctrl-C, so the
+    finished shards and the journal stay for ``--resume`` instead of being discarded."""
+
+
+# Seconds the worker processes get to stop at a shard's next record once told to, before they
+# are terminated: one still importing TensorFlow (about 3 s, more on busy cores) would otherwise
+# hold a Ctrl-C up until its import is done (measured: 4.2 s to exit without this, 1.4 s with
+# 0.5 s here, on 2 busy cores). A terminated worker leaves at most a temporary file, which
+# --resume removes; the shard it was writing is not journaled, so it is redone anyway.
+_STOP_GRACE_S = 0.5
+
+
+@contextlib.contextmanager
+def _sigint_blocked():
+    """Hold a Ctrl-C back while worker processes start, and answer it after.
+
+    The processes inherit the blocked SIGINT, so a Ctrl-C during their start-up (the TensorFlow
+    import) prints no traceback from each of them. Blocking it in this thread is not enough
+    here: another thread of this process may take the signal, and Python then raises
+    KeyboardInterrupt in the main thread all the same, which could cut a start-up short (the
+    child, left without its start-up data, prints an EOFError). So the handler is swapped for
+    one that notes the signal, and the noted Ctrl-C is handed to the real handler afterwards.
+    """
+    can_mask = hasattr(signal, "pthread_sigmask")
+    in_main = threading.current_thread() is threading.main_thread()
+    noted = []
+    handler = signal.signal(signal.SIGINT, lambda *_: noted.append(True)) if in_main else None
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if can_mask else None
+    try:
+        yield
+    finally:
+        if can_mask:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if in_main:
+            signal.signal(signal.SIGINT, signal.SIG_DFL if handler is None else handler)
+    if noted and callable(handler):
+        handler(signal.SIGINT, None)  # Python's default one raises KeyboardInterrupt
+    elif noted and handler == signal.SIG_DFL:
+        signal.raise_signal(signal.SIGINT)
+
+
+def _stop_all(stop, local: _LocalWriter, executor) -> None:
+    stop.set()
+    processes = list((getattr(executor, "_processes", None) or {}).values())
+    executor.shutdown(wait=False, cancel_futures=True)
+    local.join()
+    deadline = time.monotonic() + _STOP_GRACE_S
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join()
+
+
+class _LocalWriter(threading.Thread):
+    """Writes shards in this process, beside the worker processes, from the same task list."""
+
+    def __init__(self, next_task, dst: Path, report, should_stop):
+        super().__init__(name="tfopt-convert-local", daemon=True)
+        self._next_task, self._dst = next_task, dst
+        self._report, self._should_stop = report, should_stop
+        self._results: list = []
+        self._lock = threading.Lock()
+        self._error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self._should_stop() and (task := self._next_task()) is not None:
+                result = write_shard(task, self._dst, report=self._report,
+                                     should_stop=self._should_stop)
+                with self._lock:
+                    self._results.append(result)
+        except BaseException as error:  # handed to the main thread by take_results
+            self._error = error
+
+    @property
+    def finished(self) -> bool:
+        with self._lock:
+            return not self.is_alive() and not self._results and self._error is None
+
+    def take_results(self) -> list[ShardResult]:
+        with self._lock:
+            results, self._results = self._results, []
+        if self._error is not None and not results:
+            error, self._error = self._error, None
+            raise error
+        return results
+
+
+def _drain(queue, bar) -> None:
+    while True:
+        try:
+            bar.update(queue.get_nowait())
+        except Exception:  # queue.Empty, or a queue closed under us
+            return

@@ -1,0 +1,158 @@
+"""Raw data sources for ``convert``: image folders, NumPy arrays and CSV files.
+
+:func:`scan_source` runs once in the main process: it lists the items (cheaply: names, offsets,
+headers; never the data), infers the schema and reports bad input that can be seen without
+decoding. :func:`open_reader` runs in each shard-writing process and turns one item into the
+values of one record, raising :class:`BadItem` with its file and row or key. One module per
+kind (:mod:`.images`, :mod:`.numpy_arrays`, :mod:`.csv_tables`), dispatched by
+:class:`SourceKind`. Items are small picklable values (a relative path, a row index), so that
+plans can be shipped to worker processes and hashed for ``--resume``.
+
+Example:
+    >>> scanned = scan_source(Path("photos"), detect_kind(Path("photos")), label=None,
+    ...                       skip_bad=False)
+    >>> read = open_reader(scanned.kind, scanned.reader_config)
+    >>> sorted(read(scanned.items[0]))[:2]
+    ['image/class/label', 'image/encoded']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from tfopt.errors import SourceError
+from tfopt.records.manifest import SkippedItem
+from tfopt.records.schema import FeatureSpec
+
+
+class SourceKind(str, enum.Enum):
+    IMAGES = "images"
+    NUMPY = "numpy"
+    CSV = "csv"
+
+
+class BadItem(Exception):
+    """An item that cannot be converted; ``convert`` raises it or records it as skipped."""
+
+    def __init__(self, where: str, reason: str):
+        super().__init__(f"{where}: {reason}")
+        self.where = where
+        self.reason = reason
+
+    def as_source_error(self) -> SourceError:
+        return SourceError(self.where, self.reason)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScannedSource:
+    """What ``scan_source`` learned about a source.
+
+    Attributes:
+        kind: The source kind.
+        path: The source path, absolute.
+        items: One small picklable reference per item (see the module docstring).
+        labels: The class label of each item (for a stratified validation split), or None
+            (no label, or float labels: regression targets, split at random).
+        item_bytes: Estimated stored bytes per item, for sizing shards.
+        features: The schema. Image encodings are finalised after writing (mixed formats).
+        class_names: Label index -> class name, or None.
+        image_key: The image feature, if any.
+        label_key: The label feature, if any.
+        skipped: Items left out at scan time under ``on_error="skip"``.
+        reader_config: What a worker needs to open a reader; picklable.
+        content_stamp: For image folders, a hash of every image's path, size and modification
+            time (taken from the stat the scan makes anyway), so that ``--resume`` notices an
+            image replaced by one of the same size; None for other sources, whose files the
+            resume check stamps itself.
+    """
+
+    kind: SourceKind
+    path: str
+    items: list
+    labels: list[int] | None
+    item_bytes: list[int]
+    features: list[FeatureSpec]
+    class_names: list[str] | None
+    image_key: str | None
+    label_key: str | None
+    skipped: list[SkippedItem]
+    reader_config: dict
+    content_stamp: str | None = None
+
+
+def detect_kind(src: Path) -> SourceKind:
+    """Tell the source kind from the path: ``.npz``/``.npy``, ``.csv``, or a folder.
+
+    Raises:
+        SourceError: ``src`` does not exist or is not a known kind.
+    """
+    if not src.exists():
+        raise SourceError(src, "does not exist")
+    if src.is_file():
+        suffix = src.suffix.lower()
+        if suffix in (".npz", ".npy"):
+            return SourceKind.NUMPY
+        if suffix in (".csv", ".tsv"):
+            return SourceKind.CSV
+        raise SourceError(
+            src, f"unknown source file type {suffix!r}: expected a .npz, .npy, .csv or .tsv "
+            "file, or a folder (of .npy files, or of class folders of images)"
+        )
+    entries = [entry for entry in os.scandir(src) if not entry.name.startswith(".")]
+    if any(entry.is_file() and entry.name.lower().endswith(".npy") for entry in entries):
+        return SourceKind.NUMPY
+    return SourceKind.IMAGES
+
+
+def scan_source(
+    src: Path, kind: SourceKind, *, label: str | None, skip_bad: bool, max_size: int | None = None,
+    quality: int = 90, check: str = "structure",
+) -> ScannedSource:
+    """Scan ``src`` as ``kind``; see :class:`ScannedSource`.
+
+    Raises:
+        SourceError: Bad input (named with file and row or key) when ``skip_bad`` is False, or
+            input with nothing usable in it.
+        InvalidArgumentError: ``label`` names no column or array.
+    """
+    src = Path(src)
+    # --from skips detect_kind, and can name a kind that does not fit the path: say so before
+    # a scanner trips on it (IsADirectoryError and kin)
+    if not src.exists():
+        raise SourceError(src, "does not exist")
+    if kind is SourceKind.IMAGES and not src.is_dir():
+        raise SourceError(src, "is a file; an image source is a folder laid out as "
+                          "SRC/<class>/<image>")
+    if kind is SourceKind.CSV and not src.is_file():
+        raise SourceError(src, "is a folder; a CSV source is a .csv or .tsv file with a header row")
+    scanner = _SCANNERS[kind]
+    return scanner(src.resolve(), label=label, skip_bad=skip_bad,
+                   max_size=max_size, quality=quality, check=check)
+
+
+def open_reader(kind: SourceKind, config: dict) -> Callable[[object], dict]:
+    """A function ``item -> {feature name: value}`` for a worker process.
+
+    The reader raises :class:`BadItem` for an item that cannot be converted.
+    """
+    return _READERS[kind](config)
+
+
+# The scanner and reader of each kind. Imported here, after the types above that the kind
+# modules import from this package.
+from tfopt.records.sources import csv_tables, images, numpy_arrays  # noqa: E402
+
+_SCANNERS = {
+    SourceKind.IMAGES: images.scan_images,
+    SourceKind.NUMPY: numpy_arrays.scan_numpy,
+    SourceKind.CSV: csv_tables.scan_csv,
+}
+_READERS = {
+    SourceKind.IMAGES: images.image_reader,
+    SourceKind.NUMPY: numpy_arrays.numpy_reader,
+    SourceKind.CSV: csv_tables.csv_reader,
+}

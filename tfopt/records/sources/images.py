@@ -1,0 +1,206 @@
+"""Image folders, ``SRC/<class>/<image>``: one record per image, its class folder the label.
+
+JPEGs are checked by their structure (``check="structure"``) or decoded at 1/8 scale
+(``"decode"``); PNG, GIF and BMP are decoded; images beyond ``max_size`` are downscaled and
+re-encoded as JPEG.
+
+Example:
+    >>> scanned = scan_images(Path("photos"), label=None, skip_bad=False, max_size=None,
+    ...                       quality=90, check="structure")
+    >>> scanned.class_names
+    ['cat', 'dog']
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+from pathlib import Path
+
+from tfopt._tf_messages import short_tf_message
+from tfopt.errors import InvalidArgumentError, SourceError
+from tfopt.records.image_header import (
+    IMAGE_EXTENSIONS,
+    ImageFormat,
+    image_size,
+    jpeg_structure,
+    sniff_format,
+)
+from tfopt.records.manifest import SkippedItem
+from tfopt.records.schema import (
+    IMAGE_FILENAME_KEY,
+    IMAGE_FORMAT_KEY,
+    IMAGE_HEIGHT_KEY,
+    IMAGE_KEY,
+    IMAGE_WIDTH_KEY,
+    LABEL_KEY,
+    Encoding,
+    FeatureKind,
+    FeatureSpec,
+)
+from tfopt.records.sources import BadItem, ScannedSource, SourceKind
+
+logger = logging.getLogger("tfopt")
+
+
+def scan_images(src: Path, *, label, skip_bad, max_size, quality, check) -> ScannedSource:
+    if label is not None:
+        raise InvalidArgumentError(
+            f"label {label!r}: the labels of an image folder come from its class folders; "
+            "a label name applies to NumPy and CSV sources only"
+        )
+    class_dirs = sorted(
+        (entry for entry in os.scandir(src) if entry.is_dir() and not entry.name.startswith(".")),
+        key=lambda entry: entry.name,
+    )
+    stray = [entry.name for entry in os.scandir(src)
+             if entry.is_file() and not entry.name.startswith(".")]
+    if stray:
+        logger.warning("%s: ignoring %d file(s) outside class folders, e.g. %s",
+                       src, len(stray), stray[0])
+    if not class_dirs:
+        # detect_kind sends every folder without .npy files here: say what both kinds need
+        found = f"; it holds {len(stray)} other file(s), e.g. {stray[0]}" if stray else ""
+        raise SourceError(src, "neither .npy files nor class folders of images in it: a folder "
+                          "source holds .npy arrays (one per feature) or is an image folder "
+                          f"laid out as SRC/<class>/<image>{found}")
+
+    items, labels, sizes, skipped = [], [], [], []
+    stamp = hashlib.sha256()
+
+    def bad(where: str, reason: str) -> None:
+        if not skip_bad:
+            raise SourceError(where, reason)
+        skipped.append(SkippedItem(where, reason))
+
+    for class_index, class_dir in enumerate(class_dirs):
+        found = 0
+        for root, dirs, files in os.walk(class_dir.path):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            for name in sorted(files):
+                if name.startswith("."):
+                    continue  # .DS_Store and friends
+                path = Path(root, name)
+                if path.suffix.lower() not in IMAGE_EXTENSIONS:
+                    allowed = ", ".join(sorted(IMAGE_EXTENSIONS))
+                    bad(str(path), f"not an image file (extension {path.suffix!r}; expected one of {allowed})")
+                    continue
+                try:
+                    status = path.stat()
+                except OSError as error:
+                    bad(str(path), f"cannot be read ({error.strerror})")
+                    continue
+                size = status.st_size
+                relative = str(path.relative_to(src))
+                stamp.update(f"{relative}\0{size}\0{status.st_mtime_ns}\n".encode())
+                items.append((relative, class_index))
+                labels.append(class_index)
+                sizes.append(size)
+                found += 1
+        if not found:
+            bad(class_dir.path, "empty class folder: no images in it")
+    if not items:
+        raise SourceError(src, "no images found in its class folders")
+
+    features = [
+        FeatureSpec(IMAGE_KEY, FeatureKind.BYTES, "uint8", None, Encoding.JPEG),
+        FeatureSpec(IMAGE_FORMAT_KEY, FeatureKind.BYTES, "string", [], Encoding.TEXT),
+        FeatureSpec(IMAGE_HEIGHT_KEY, FeatureKind.INT64, "int64", [], Encoding.VALUES),
+        FeatureSpec(IMAGE_WIDTH_KEY, FeatureKind.INT64, "int64", [], Encoding.VALUES),
+        FeatureSpec(IMAGE_FILENAME_KEY, FeatureKind.BYTES, "string", [], Encoding.TEXT),
+        FeatureSpec(LABEL_KEY, FeatureKind.INT64, "int64", [], Encoding.VALUES),
+    ]
+    return ScannedSource(
+        kind=SourceKind.IMAGES, path=str(src), items=items, labels=labels, item_bytes=sizes,
+        features=features, class_names=[entry.name for entry in class_dirs],
+        image_key=IMAGE_KEY, label_key=LABEL_KEY, skipped=skipped,
+        reader_config={"root": str(src), "max_size": max_size, "quality": quality,
+                       "check": check},
+        content_stamp=stamp.hexdigest(),
+    )
+
+
+def image_reader(config: dict):
+    import tensorflow as tf  # only worker processes decode
+
+    root = Path(config["root"])
+    max_size = config["max_size"]
+    quality = config["quality"]
+    check = config["check"]
+
+    def read(item) -> dict:
+        relative, label = item
+        path = root / relative
+        try:
+            data = path.read_bytes()
+        except OSError as error:
+            raise BadItem(str(path), f"cannot be read ({error.strerror})") from None
+        if not data:
+            raise BadItem(str(path), "empty file")
+        image_format = sniff_format(data)
+        if image_format is None:
+            raise BadItem(str(path), f"not a JPEG, PNG, GIF or BMP image (starts with {data[:8]!r})")
+        try:
+            height, width = image_size(data, image_format)
+        except ValueError as error:
+            raise BadItem(str(path), f"malformed {image_format.value} header: {error}") from None
+        try:
+            if max_size and max(height, width) > max_size:
+                data, height, width = _downscale(tf, data, max_size, quality)
+                image_format = ImageFormat.JPEG
+            elif image_format is ImageFormat.JPEG and check == "structure":
+                structure = jpeg_structure(data)
+                if structure.problem:
+                    raise BadItem(str(path),
+                                  f"cannot be decoded, truncated or corrupt ({structure.problem})")
+                if structure.progressive:  # the walk cannot vouch for its scans: decode
+                    _check_decodes(tf, data, image_format, height, width)
+            else:
+                _check_decodes(tf, data, image_format, height, width)
+        except tf.errors.OpError as error:
+            reason = short_tf_message(error)
+            raise BadItem(str(path), f"cannot be decoded, truncated or corrupt ({reason})") from None
+        return {
+            IMAGE_KEY: data,
+            IMAGE_FORMAT_KEY: image_format.value.encode(),
+            IMAGE_HEIGHT_KEY: height,
+            IMAGE_WIDTH_KEY: width,
+            IMAGE_FILENAME_KEY: relative.encode("utf-8", "surrogateescape"),
+            LABEL_KEY: label,
+        }
+
+    return read
+
+
+def _check_decodes(tf, data: bytes, image_format: ImageFormat, height: int, width: int) -> None:
+    """Decode once to prove the image is whole (``check="decode"``, and every non-JPEG).
+
+    JPEGs decode at 1/8 scale: the entropy-coded data is still read to the end (so truncation and
+    corrupt segments are caught) but the inverse DCT and colour conversion, most of the cost,
+    run on 1/64 of the pixels: about 1.5x faster than a full decode on 400-px photos here.
+    """
+    if image_format is ImageFormat.JPEG:
+        decoded = tf.io.decode_jpeg(data, ratio=8)
+        expected = (math.ceil(height / 8), math.ceil(width / 8))
+    else:
+        decoded = tf.io.decode_image(data, expand_animations=False)
+        expected = (height, width)
+    if tuple(decoded.shape[:2]) != expected:
+        raise tf.errors.InvalidArgumentError(
+            None, None, f"decoded size {tuple(decoded.shape[:2])} does not match the header's"
+        )
+
+
+def _downscale(tf, data: bytes, max_size: int, quality: int) -> tuple[bytes, int, int]:
+    """Shrink an image so its longer side is ``max_size``, keep the aspect ratio, JPEG it."""
+    image = tf.io.decode_image(data, channels=3, expand_animations=False)
+    height, width = int(image.shape[0]), int(image.shape[1])
+    scale = max_size / max(height, width)
+    new_size = (max(1, round(height * scale)), max(1, round(width * scale)))
+    # antialias: without it, downscaling by 2x or more aliases fine textures
+    resized = tf.image.resize(image, new_size, method="bilinear", antialias=True)
+    resized = tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
+    encoded = tf.io.encode_jpeg(resized, quality=quality, chroma_downsampling=True)
+    return encoded.numpy(), new_size[0], new_size[1]
