@@ -28,7 +28,7 @@ from tfopt.bench.baselines import guide_dataset, limit_dataset, naive_dataset
 from tfopt.bench.service_workers import MAX_SERVICE_WORKERS, local_services
 from tfopt.data.pipeline import PipelineBuilder
 from tfopt.errors import InvalidArgumentError
-from tfopt.records.format.tfrecord import count_records, tf_compression_type
+from tfopt.records.format.tfrecord import count_records
 
 METHODS = ("naive", "guide", "tfopt", "tfopt-device", "limit")
 SERVICE_NOTE = ("the workers are processes on this host and share its cores with the "
