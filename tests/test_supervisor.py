@@ -300,3 +300,36 @@ def test_die_with_parent_exits_at_once_when_the_parent_is_already_gone():
             f"die_with_parent({os.getpid() + 1_000_000}); print('still here')")
     done = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=TIMEOUT)
     assert done.returncode == 128 + signal.SIGKILL and "still here" not in done.stdout
+
+
+def _ignore_sigterm_and_sleep():
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(60)
+
+
+def _sleep_briefly():
+    time.sleep(0.1)
+
+
+def test_stop_processes_waits_then_terminates_then_kills_multiprocessing_children():
+    import multiprocessing
+
+    from tfopt._supervisor import stop_processes
+
+    # fork: the targets are plain sleeps, and spawn would re-import this test module
+    context = multiprocessing.get_context("fork")
+    finishing = context.Process(target=_sleep_briefly)
+    stubborn = context.Process(target=_ignore_sigterm_and_sleep)
+    sleeping = context.Process(target=time.sleep, args=(60,))
+    for process in (finishing, stubborn, sleeping):
+        process.start()
+    time.sleep(0.3)  # the stubborn one has set its handler
+    started = time.monotonic()
+    stop_processes([finishing, stubborn, sleeping], grace_seconds=0.5)
+    assert not any(p.is_alive() for p in (finishing, stubborn, sleeping))
+    assert finishing.exitcode == 0  # it had the grace to end by itself
+    assert sleeping.exitcode == -signal.SIGTERM
+    assert stubborn.exitcode == -signal.SIGKILL
+    assert time.monotonic() - started < 30
+    with pytest.raises(InvalidArgumentError, match="grace_seconds=-1"):
+        stop_processes([], grace_seconds=-1)

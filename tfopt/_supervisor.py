@@ -106,6 +106,33 @@ def die_with_parent(parent_pid: int, signum: int = signal.SIGKILL) -> bool:
     return set_signal is not None
 
 
+def stop_processes(processes: Sequence, grace_seconds: float = DEFAULT_GRACE_SECONDS) -> None:
+    """Stop ``multiprocessing`` children the way :meth:`Supervisor.stop` stops its own.
+
+    For a pool whose workers were already asked to stop (an event, a sentinel): each gets
+    ``grace_seconds`` to finish on its own, then SIGTERM, then SIGKILL after ``grace_seconds``
+    more; every one is reaped before this returns (an unkillable one after 5 s more).
+
+    Args:
+        processes: ``multiprocessing.Process`` objects (anything with ``is_alive``, ``join``,
+            ``terminate`` and ``kill``).
+        grace_seconds: Seconds each step waits. Defaults to 10.0.
+    """
+    grace = number(grace_seconds, "grace_seconds", low=0.0, expected="a number of seconds >= 0")
+    for signal_step in ("none", "terminate", "kill"):
+        deadline = time.monotonic() + (_REAP_SECONDS if signal_step == "kill" else grace)
+        for process in processes:
+            if signal_step != "none" and process.is_alive():
+                getattr(process, signal_step)()
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+        if not any(process.is_alive() for process in processes):
+            return
+        if signal_step == "terminate":
+            logger.info("%d worker process(es) still running %.1f s after SIGTERM: killing "
+                        "them", sum(process.is_alive() for process in processes), grace)
+
+
 def _resolve(program: str, env: Mapping[str, str] | None) -> str:
     """The executable ``program`` names, found as ``execvp`` would; OSError as Popen raises."""
     path = (env if env is not None else os.environ).get("PATH", os.defpath)

@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+from tfopt._supervisor import die_with_parent, stop_processes
 from tfopt.errors import TfoptError
 from tfopt.records.convert.journal import Journal
 from tfopt.records.writer import ShardResult, ShardTask, write_shard
@@ -39,14 +40,16 @@ def _init_worker(queue, stop_event, parent_pid: int) -> None:
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     _worker_state.update(queue=queue, stop=stop_event, parent=parent_pid)
-    threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True,
-                     name="tfopt-parent-watch").start()
+    # end with the parent (kill -9): an idle worker waits on a queue whose pipe it also holds
+    # open, so it would never see the parent go and would linger, holding TensorFlow's
+    # ~500 MB, forever. Linux's parent-death signal; a polling thread where there is none.
+    if not die_with_parent(parent_pid, signal.SIGKILL):
+        threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True,
+                         name="tfopt-parent-watch").start()
 
 
 def _exit_with_parent(parent_pid: int) -> None:
-    """End this worker when its parent is gone (kill -9): an idle worker waits on a queue
-    whose pipe it also holds open, so it would never see the parent go and would linger,
-    holding TensorFlow's ~500 MB, forever."""
+    """End this worker when its parent is gone, where the OS has no parent-death signal."""
     while os.getppid() == parent_pid:
         time.sleep(0.5)
     os._exit(1)
@@ -173,14 +176,7 @@ def _stop_all(stop, local: _LocalWriter, executor) -> None:
     processes = list((getattr(executor, "_processes", None) or {}).values())
     executor.shutdown(wait=False, cancel_futures=True)
     local.join()
-    deadline = time.monotonic() + _STOP_GRACE_S
-    for process in processes:
-        process.join(max(0.0, deadline - time.monotonic()))
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-    for process in processes:
-        process.join()
+    stop_processes(processes, _STOP_GRACE_S)
 
 
 class _LocalWriter(threading.Thread):
