@@ -59,7 +59,7 @@ def service():
                 codes.append(process.wait(timeout=5))
             except subprocess.TimeoutExpired:
                 # a worker that ran a job sometimes ignores SIGTERM (see the report in
-                # tfopt/cli/service.py); never leave it behind
+                # tfopt/data/service.py's serve); never leave it behind
                 process.kill()
                 codes.append(process.wait())
         assert codes[-1] == 0  # the dispatcher: SIGTERM is a clean stop, exit code 0
