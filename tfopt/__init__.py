@@ -42,8 +42,8 @@ _LAZY_EXPORTS = {
     "make_demo_data": "tfopt.records.demo_data",
     # data: tf.data pipelines and on-device augmentation (import TensorFlow on first use)
     "PipelineBuilder": "tfopt.data.pipeline",
-    "PipelineConfig": "tfopt.data.pipeline",
-    "PipelineChoices": "tfopt.data.pipeline",
+    "PipelineConfig": "tfopt.data.config",
+    "PipelineChoices": "tfopt.data.choices",
     "build_pipeline": "tfopt.data.pipeline",
     "AugmentConfig": "tfopt.data.augment",
     "Augment": "tfopt.data.augment",

@@ -15,7 +15,8 @@ from conftest import encode_png
 
 import tfopt
 from tfopt.cli.service import COMMANDS, data_service
-from tfopt.data.pipeline import PipelineBuilder, PipelineConfig
+from tfopt.data.config import PipelineConfig
+from tfopt.data.pipeline import PipelineBuilder
 from tfopt.data.service import parse_address
 from tfopt.errors import InvalidArgumentError
 
