@@ -18,10 +18,15 @@ _BIND_NOTE = ("TensorFlow listens on all interfaces whatever --host says (it has
 
 
 def _serve(server) -> None:
-    """Serve until Ctrl-C or SIGTERM, then exit 0 (:func:`tfopt.data.service.serve`)."""
+    """Print the address, serve until Ctrl-C or SIGTERM, then exit 0
+    (:func:`tfopt.data.service.serve`)."""
     from tfopt.data.service import serve
 
-    serve(server, on_stop=lambda message: click.echo(message, err=True))
+    def announce():
+        click.echo(server.address)
+        sys.stdout.flush()  # a parent process reads this line before the server ever exits
+
+    serve(server, on_stop=lambda message: click.echo(message, err=True), on_ready=announce)
 
 
 @click.group("data-service", cls=TfoptGroup)
@@ -63,8 +68,6 @@ def dispatcher(port, host, work_dir):
     from tfopt.data.service import start_dispatcher
 
     server = start_dispatcher(port=port, host=host, work_dir=work_dir)
-    click.echo(server.address)
-    sys.stdout.flush()  # a parent process reads this line before the server ever exits
     _serve(server)
 
 
@@ -84,8 +87,6 @@ def worker(dispatcher_address, port, host):
     from tfopt.data.service import start_worker
 
     server = start_worker(dispatcher_address, port=port, host=host)
-    click.echo(server.address)
-    sys.stdout.flush()
     _serve(server)
 
 

@@ -179,7 +179,8 @@ def _check_port(port: int) -> None:
                  expected="0 (any free port) to 65535")
 
 
-def serve(server: ServiceServer, on_stop: Callable[[str], object] | None = None) -> NoReturn:
+def serve(server: ServiceServer, on_stop: Callable[[str], object] | None = None,
+          on_ready: Callable[[], object] | None = None) -> NoReturn:
     """Serve until Ctrl-C or SIGTERM, then exit the process with code 0.
 
     For a process that runs one server (``tfopt data-service``, the benchmark's local
@@ -192,6 +193,10 @@ def serve(server: ServiceServer, on_stop: Callable[[str], object] | None = None)
         server: The server to keep running.
         on_stop: Called with a one-line message once the server stopped, before the exit.
             Defaults to None (the message is logged at INFO level).
+        on_ready: Called once the signal handlers are in place (announce the address here:
+            a parent that signals the process as soon as it reads the address would
+            otherwise kill it before the handlers exist, with exit code -15). Defaults to
+            None.
     """
     stop = threading.Event()
 
@@ -200,6 +205,8 @@ def serve(server: ServiceServer, on_stop: Callable[[str], object] | None = None)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if on_ready is not None:
+        on_ready()
     # wait on an Event instead of server.join(): join() blocks in C++ and never lets the
     # Python signal handlers run
     while not stop.wait(0.5):
@@ -260,6 +267,9 @@ def serve_main(argv: Sequence[str], stdout=None, stderr=None) -> NoReturn:
         server = start_worker(args.dispatcher, port=args.port, host=args.host)
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
-    out.write(server.address + "\n")
-    out.flush()  # a parent process reads this line before the server ever exits
-    serve(server, on_stop=lambda message: err.write(message + "\n"))
+
+    def announce():
+        out.write(server.address + "\n")
+        out.flush()  # a parent process reads this line before the server ever exits
+
+    serve(server, on_stop=lambda message: err.write(message + "\n"), on_ready=announce)
