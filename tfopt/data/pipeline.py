@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from tfopt._system import usable_cores
 from tfopt._validate import choice, known_options
-from tfopt.data.cache_keys import MEMORY, cache_location, other_cache_files
+from tfopt.data.cache_keys import cache_location, other_cache_files
 from tfopt.data.choices import PipelineChoices
 from tfopt.data.config import FIELD_NAMES, PipelineConfig, make_config
 from tfopt.data.decode import crop_and_resize, decode_full, decode_to_target
@@ -166,7 +166,7 @@ class PipelineBuilder:
         self._cache_location = cache_location(config.cache, self.source, self.plan,
                                               batch_size=config.batch_size,
                                               pad_ragged=config.pad_ragged)
-        notes = () if self._cache_location == MEMORY else other_cache_files(self._cache_location)
+        notes = other_cache_files(self._cache_location) if self.plan.cache_to_file else ()
         self.choices = PipelineChoices.of(self.plan, self._cache_location, tuple(notes))
 
     @property
@@ -361,8 +361,9 @@ class PipelineBuilder:
         return cached.repeat() if self.plan.repeat else cached
 
     def _cache(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
-        location = self._cache_location
-        return dataset.cache() if location == MEMORY else dataset.cache(location)
+        if not self.plan.cache_to_file:
+            return dataset.cache()
+        return dataset.cache(self._cache_location)
 
     def _finish(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
         plan = self.plan
