@@ -27,6 +27,27 @@ class PipelineChoices:
     plan. tf.data's AUTOTUNE still tunes the parallelism and buffer sizes marked "autotuned"
     at run time, within ``ram_budget``; everything else is fixed by the plan.
 
+    Attributes:
+        files: Shard files in the source.
+        records: Records in them (None without a manifest).
+        interleave_cycle: Shards read at once.
+        parallel_calls: The maps' parallelism, in words.
+        parse: How records are parsed, in words.
+        decode: How images are decoded (None for non-image data).
+        cache: The stage cached.
+        cache_location: ``"memory"``, or the cache file (the path plus a key of its data).
+        cache_estimate_bytes: Estimated bytes of the cached stage (None when unknown).
+        ram_budget: Bytes for the cache and tf.data's buffers.
+        shuffle_elements: Shuffle buffer in elements (None when not training).
+        repeat: Whether the dataset repeats forever.
+        batch_size: Examples per batch.
+        drop_remainder: Whether a last partial batch is dropped.
+        deterministic: Whether the element order is stable.
+        auto_shard: How several workers split the records, in words.
+        prefetch: Where read-ahead batches wait, in words.
+        skip_corrupt: Whether corrupted records are skipped.
+        notes: What was not done as asked, and why; other cache files at the same path.
+
     Example:
         >>> builder = PipelineBuilder("shards/", batch_size=64, image_size=224)
         >>> print(builder.choices.describe())
