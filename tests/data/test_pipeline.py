@@ -16,13 +16,12 @@ import tfopt
 from tfopt.data.decode import (
     CROP_AREA,
     CROP_ASPECT,
-    DecodeStrategy,
-    choose_decode,
     decode_to_target,
     random_crop_window,
     snap_to_block_column,
 )
-from tfopt.data.pipeline import CacheMode, PipelineBuilder, build_pipeline, records_per_block
+from tfopt.data.pipeline import PipelineBuilder, build_pipeline
+from tfopt.data.plan import CacheMode, DecodeStrategy, choose_decode, records_per_block
 
 
 def test_evaluation_yields_every_record_exactly_once_with_its_label(indexed_png_dataset):
@@ -171,17 +170,6 @@ def test_counting_and_parsing_blocks_hold_about_a_mebibyte_of_records(indexed_pn
     builder = PipelineBuilder(indexed_png_dataset, batch_size=4, image_size=24)
     expected = records_per_block(builder.source.mean_record_bytes, 128)
     assert f"parse_example once per {expected} records" in builder.choices.describe()
-
-
-def test_decode_strategy_follows_the_target_size():
-    common = dict(encoding="jpeg", random_crop=False, cache_decoded=False)
-    assert choose_decode(target=(100, 100), min_side=420, **common).ratio == 2  # 367 / 4 < 100
-    assert choose_decode(target=(100, 100), min_side=480, **common).ratio == 4
-    assert choose_decode(target=(224, 224), min_side=320, **common).strategy is DecodeStrategy.CROP
-    png = choose_decode(target=(100, 100), min_side=420, **{**common, "encoding": "png"})
-    assert png.strategy is DecodeStrategy.PLAIN and png.ratio == 1
-    cached = choose_decode(target=(64, 64), min_side=400, **{**common, "cache_decoded": True})
-    assert cached.ratio == 4  # 400 / 4 = 100 >= the 90-px cache square
 
 
 def test_cache_follows_the_ram_budget(indexed_png_dataset, tmp_path):

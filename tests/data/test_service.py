@@ -15,7 +15,8 @@ from conftest import encode_png
 
 import tfopt
 from tfopt.cli.service import COMMANDS, data_service
-from tfopt.data.pipeline import PipelineBuilder, PipelineConfig
+from tfopt.data.config import PipelineConfig
+from tfopt.data.pipeline import PipelineBuilder
 from tfopt.data.service import parse_address
 from tfopt.errors import InvalidArgumentError
 
@@ -59,7 +60,7 @@ def service():
                 codes.append(process.wait(timeout=5))
             except subprocess.TimeoutExpired:
                 # a worker that ran a job sometimes ignores SIGTERM (see the report in
-                # tfopt/cli/service.py); never leave it behind
+                # tfopt/data/service.py's serve); never leave it behind
                 process.kill()
                 codes.append(process.wait())
         assert codes[-1] == 0  # the dispatcher: SIGTERM is a clean stop, exit code 0
@@ -139,3 +140,48 @@ def test_a_server_that_cannot_start_is_a_clear_error(tmp_path):
     (tmp_path / "a_file").write_text("")
     with pytest.raises(InvalidArgumentError, match="work_dir=.*a_file/journal.*cannot create"):
         start_dispatcher(work_dir=str(tmp_path / "a_file" / "journal"))
+
+
+def test_serve_main_runs_a_server_process_that_stops_cleanly_on_sigterm():
+    # what the benchmark's local servers run: the address first, the stop line on stderr
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from tfopt.data.service import serve_main; "
+         "serve_main(sys.argv[1:])", "dispatcher", "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    try:
+        address = process.stdout.readline().strip()
+        assert address.startswith("grpc://localhost:")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+        assert f"tfopt: dispatcher at {address} stopped" in process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_serve_main_names_what_it_cannot_take():
+    from tfopt.data.service import serve_main
+
+    with pytest.raises(InvalidArgumentError, match="a worker needs --dispatcher ADDRESS"):
+        serve_main(["worker", "--port", "0"])
+    with pytest.raises(InvalidArgumentError, match=r"argv=\['dispatcher', '--port', 'x'\]"):
+        serve_main(["dispatcher", "--port", "x"])
+
+
+def test_no_library_module_imports_the_cli():
+    import ast
+    from pathlib import Path
+
+    root = Path(tfopt.__file__).parent
+    importers = []
+    for path in root.rglob("*.py"):
+        if path.is_relative_to(root / "cli") or path.name == "__main__.py":  # python -m tfopt
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(name == "tfopt.cli" or name.startswith("tfopt.cli.") for name in names):
+                importers.append(str(path.relative_to(root)))
+    assert importers == []

@@ -318,7 +318,7 @@ def stage_breakdown(settings: BenchSettings, steps: int) -> dict[str, float]:
 
 def _augment_stage(builder: PipelineBuilder):
     try:
-        from tfopt.data.augment import augment_dataset
+        from tfopt.data.augment.functional import augment_dataset
     except ImportError:  # augmentation module absent: no +augment stage
         return None
     return augment_dataset(builder.build(), seed=0)

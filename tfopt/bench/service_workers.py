@@ -212,9 +212,9 @@ def _die_with_parent(parent: int) -> None:
 def _main(argv: list[str]) -> None:
     """``python -m tfopt.bench.service_workers PARENT_PID dispatcher|worker OPTIONS``."""
     _die_with_parent(int(argv[0]))
-    from tfopt.cli.service import data_service
+    from tfopt.data.service import serve_main
 
-    data_service(argv[1:], prog_name="tfopt data-service")
+    serve_main(argv[1:])
 
 
 if __name__ == "__main__":

@@ -5,50 +5,28 @@ TensorFlow is imported inside the command bodies, so ``tfopt --help`` stays fast
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
-import threading
 from pathlib import Path
 
 import click
 
 from tfopt.cli._common import TfoptGroup, needs_tensorflow
 
-STOP_GRACE = 5.0  # seconds a server gets to stop cleanly after Ctrl-C or SIGTERM
 _BIND_NOTE = ("TensorFlow listens on all interfaces whatever --host says (it has no "
               "bind-address setting) and the service has no authentication: firewall the "
               "port on a machine reachable from untrusted networks.")
 
 
 def _serve(server) -> None:
-    """Serve until Ctrl-C or SIGTERM, then exit 0.
+    """Print the address, serve until Ctrl-C or SIGTERM, then exit 0
+    (:func:`tfopt.data.service.serve`)."""
+    from tfopt.data.service import serve
 
-    Known issue: a worker that has run a job sometimes does not react to SIGTERM at all (seen
-    in the tests on TensorFlow 2.21, one worker of two; cause not yet found); SIGKILL stops it.
-    """
-    stop = threading.Event()
+    def announce():
+        click.echo(server.address)
+        sys.stdout.flush()  # a parent process reads this line before the server ever exits
 
-    def on_signal(signum, frame):
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    # wait on an Event instead of server.join(): join() blocks in C++ and never lets the
-    # Python signal handlers run
-    while not stop.wait(0.5):
-        pass
-    # a worker whose dispatcher is already gone can block in stop() and in the server's
-    # destructor at interpreter shutdown (its gRPC threads retry the dispatcher; seen in the
-    # tests when both got SIGTERM at once), so stopping gets STOP_GRACE seconds and the
-    # process then leaves without the interpreter's shutdown
-    stopper = threading.Thread(target=server.stop, daemon=True)
-    stopper.start()
-    stopper.join(STOP_GRACE)
-    click.echo(f"tfopt: {server.role} at {server.address} stopped", err=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    serve(server, on_stop=lambda message: click.echo(message, err=True), on_ready=announce)
 
 
 @click.group("data-service", cls=TfoptGroup)
@@ -90,8 +68,6 @@ def dispatcher(port, host, work_dir):
     from tfopt.data.service import start_dispatcher
 
     server = start_dispatcher(port=port, host=host, work_dir=work_dir)
-    click.echo(server.address)
-    sys.stdout.flush()  # a parent process reads this line before the server ever exits
     _serve(server)
 
 
@@ -111,8 +87,6 @@ def worker(dispatcher_address, port, host):
     from tfopt.data.service import start_worker
 
     server = start_worker(dispatcher_address, port=port, host=host)
-    click.echo(server.address)
-    sys.stdout.flush()
     _serve(server)
 
 

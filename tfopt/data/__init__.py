@@ -1,1 +1,2 @@
-"""tf.data pipelines from TFRecord shards: sources, decoding strategies, augmentation."""
+"""tf.data pipelines from TFRecord shards: config, planner, sources, decoding, augmentation,
+the tf.data service. How they fit: ``docs/data.md``."""

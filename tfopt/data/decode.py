@@ -1,6 +1,7 @@
-"""Image decoding strategies, chosen from the target size, and the crops that go with them.
+"""Image decoding in graph mode: the strategies a :class:`~tfopt.data.plan.DecodePlan` names.
 
-Three ways to turn encoded bytes into a fixed-size uint8 image:
+The planner chooses the strategy from the target size (:func:`tfopt.data.plan.choose_decode`);
+this module carries it out. Three ways to turn encoded bytes into a fixed-size uint8 image:
 
 - ``decode_and_crop``: a JPEG decodes only its crop window (``tf.io.decode_and_crop_jpeg``):
   rows below the window are never read and pixels outside it skip the inverse DCT. Used for
@@ -12,103 +13,21 @@ Three ways to turn encoded bytes into a fixed-size uint8 image:
 - ``plain``: a full decode (PNG, GIF, BMP, mixed formats, and images to be cached decoded).
 
 All functions here run inside tf.data maps (graph mode) on one example.
+
+Example:
+    >>> image = decode_to_target(encoded, choose_decode(encoding="jpeg", random_crop=False,
+    ...     target=(224, 224), min_side=375, cache_decoded=False))
 """
 
 from __future__ import annotations
 
-import dataclasses
-import enum
-
 import tensorflow as tf
 
-
-class DecodeStrategy(str, enum.Enum):
-    CROP = "decode_and_crop"
-    REDUCED = "reduced"
-    PLAIN = "plain"
-
-
-@dataclasses.dataclass(frozen=True)
-class DecodePlan:
-    """How each image becomes a ``target``-sized uint8 array, and why.
-
-    Attributes:
-        strategy: See :class:`DecodeStrategy`.
-        ratio: JPEG down-scaling at decode (1, 2, 4 or 8).
-        target: Output ``(height, width)``.
-        random_crop: Random-resized crop (training) instead of a central crop.
-        jpeg: Every image is a JPEG (decode_and_crop and ratio need it).
-        reason: One line for the pipeline's description.
-    """
-
-    strategy: DecodeStrategy
-    ratio: int
-    target: tuple[int, int]
-    random_crop: bool
-    jpeg: bool
-    reason: str
-    crop_fraction: float = 0.875  # central crop: this fraction of the shorter side
-
+from tfopt.data.plan import EVAL_CROP_FRACTION, DecodePlan, DecodeStrategy
 
 # Random-resized crop as in Inception/ResNet training: 8-100 % of the area, aspect 3/4-4/3.
 CROP_AREA = (0.08, 1.0)
 CROP_ASPECT = (3 / 4, 4 / 3)
-EVAL_CROP_FRACTION = 0.875  # central 87.5 %: the 224-of-256 convention
-# The "resize 256, crop 224" margin of ImageNet training: decoded images kept in the cache
-# stay at least this much larger than the target (reduced JPEG decoding stops there), and
-# with random crops left to the device the pipeline ships squares with this margin.
-CACHE_SCALE = 256 / 224
-DEVICE_CROP_SCALE = CACHE_SCALE
-
-
-def reduction_ratio(min_side: int | None, target: tuple[int, int]) -> int:
-    """The largest JPEG scale-down (8, 4, 2) that keeps the image at least the target size."""
-    if not min_side:
-        return 1
-    for ratio in (8, 4, 2):
-        if min_side / ratio >= max(target):
-            return ratio
-    return 1
-
-
-def cache_side(target: tuple[int, int]) -> int:
-    """Side of the square in which decoded images are cached for random crops."""
-    return int(round(CACHE_SCALE * max(target)))
-
-
-def choose_decode(*, encoding: str, random_crop: bool, target: tuple[int, int],
-                  min_side: int | None, cache_decoded: bool,
-                  crop_fraction: float = EVAL_CROP_FRACTION) -> DecodePlan:
-    """Pick the decoding strategy for these images and this use.
-
-    ``crop_fraction`` is the central square kept when not cropping at random: 0.875 for
-    evaluation, 1.0 when random crops are left to the device.
-    """
-    jpeg = encoding == "jpeg"
-    if cache_decoded:
-        # keep at least the crop margin of resolution: a 1/ratio image >= target x 256/224
-        side = cache_side(target)
-        ratio = reduction_ratio(min_side, (side, side)) if jpeg else 1
-        scale = f" at 1/{ratio} scale" if ratio > 1 else ""
-        return DecodePlan(DecodeStrategy.REDUCED if ratio > 1 else DecodeStrategy.PLAIN, ratio,
-                          target, random_crop, jpeg,
-                          f"decoded once{scale} into the cache; every later epoch draws its "
-                          "random crops from memory")
-    # evaluation keeps the central crop: that crop, not the whole image, must stay >= target
-    kept_side = min_side if (random_crop or not min_side) else int(min_side * crop_fraction)
-    ratio = reduction_ratio(kept_side, target) if jpeg else 1
-    if not jpeg:
-        return DecodePlan(DecodeStrategy.PLAIN, 1, target, random_crop, False,
-                          f"{encoding} images: full decode", crop_fraction=crop_fraction)
-    if ratio > 1:
-        return DecodePlan(DecodeStrategy.REDUCED, ratio, target, random_crop, True,
-                          f"target {target[0]}x{target[1]} is at most 1/{ratio} of the smallest "
-                          f"stored side ({min_side} px): decode at 1/{ratio} scale",
-                          crop_fraction=crop_fraction)
-    what = "random-resized-crop window" if random_crop else "central square"
-    return DecodePlan(DecodeStrategy.CROP, 1, target, random_crop, True,
-                      f"decode only the {what} (tf.io.decode_and_crop_jpeg)",
-                      crop_fraction=crop_fraction)
 
 
 def random_crop_window(shape, seed) -> tf.Tensor:

@@ -5,30 +5,41 @@ worker processes (on this machine or others): the pipeline builder sends the dat
 to a dispatcher (``PipelineConfig(service="grpc://host:port")``), the dispatcher assigns
 work to the registered workers, and the trainer only receives finished batches.
 
-Addresses. ``host`` is the address a server *advertises*: the dispatcher's address that
-workers and clients dial, and the worker's address that the dispatcher hands to clients.
-It defaults to ``localhost``, so nothing outside this machine is told where to connect.
-TensorFlow 2.21's servers, however, always *listen* on every interface (the C++ server binds
-``[::]:port``; ``DispatcherConfig`` and ``WorkerConfig`` have no bind-address field, checked
-with ``ss -ltn``: ``*:PORT``), and the service has no authentication. On a machine reachable
-from an untrusted network, block the ports with a firewall or run the servers in a private
-network namespace; tfopt cannot restrict the listening socket itself.
+Servers advertise ``localhost`` unless a host is given, but TensorFlow's servers listen on every
+interface and the service has no authentication: see ``docs/data.md`` before running them on a
+machine reachable from an untrusted network. TensorFlow is imported by the functions that
+start servers, not by this module.
+
+Raises:
+    tfopt.InvalidArgumentError: A malformed address, port or work folder.
+    tfopt.TfoptError: A server did not start.
+
+Example:
+    >>> dispatcher = start_dispatcher()
+    >>> worker = start_worker(dispatcher.address)
+    >>> PipelineBuilder("shards/", batch_size=64, service=dispatcher.address)
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import logging
 import os
 import re
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
-import tensorflow as tf
-
+from tfopt._validate import whole_number
 from tfopt.errors import InvalidArgumentError, TfoptError
 
 logger = logging.getLogger("tfopt")
 
-DEFAULT_HOST = "localhost"  # advertised address; see the module docstring for the bind address
+DEFAULT_HOST = "localhost"  # advertised address; see docs/data.md for the bind address
+STOP_GRACE = 5.0  # seconds a server gets to stop cleanly after Ctrl-C or SIGTERM
 PROTOCOL = "grpc"  # the only protocol TensorFlow's data service ships with
 _ADDRESS = re.compile(r"^(?:grpc://)?(?P<host>\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(?P<port>\d{1,5})$")
 
@@ -105,6 +116,8 @@ def start_dispatcher(port: int = 0, host: str = DEFAULT_HOST,
         >>> dispatcher.address
         'grpc://localhost:40123'
     """
+    import tensorflow as tf
+
     _check_port(port)
     if work_dir is not None:
         # TensorFlow reports a folder it cannot create as a bare RuntimeError
@@ -139,6 +152,8 @@ def start_worker(dispatcher: str, port: int = 0, host: str = DEFAULT_HOST) -> Se
     Example:
         >>> worker = start_worker("grpc://localhost:40123")
     """
+    import tensorflow as tf
+
     _check_port(port)
     target = parse_address(dispatcher, "dispatcher").split("://", 1)[1]
     config = tf.data.experimental.service.WorkerConfig(
@@ -160,5 +175,101 @@ def _started(role: str, port: int, start):
 
 
 def _check_port(port: int) -> None:
-    if not isinstance(port, int) or not 0 <= port < 65536:
-        raise InvalidArgumentError(f"port={port!r}: expected 0 (any free port) to 65535")
+    whole_number(port, "port", minimum=0, maximum=65535,
+                 expected="0 (any free port) to 65535")
+
+
+def serve(server: ServiceServer, on_stop: Callable[[str], object] | None = None,
+          on_ready: Callable[[], object] | None = None) -> NoReturn:
+    """Serve until Ctrl-C or SIGTERM, then exit the process with code 0.
+
+    For a process that runs one server (``tfopt data-service``, the benchmark's local
+    services): it installs SIGTERM and SIGINT handlers and never returns.
+
+    Known issue: a worker that has run a job sometimes does not react to SIGTERM at all (seen
+    in the tests on TensorFlow 2.21, one worker of two; cause not yet found); SIGKILL stops it.
+
+    Args:
+        server: The server to keep running.
+        on_stop: Called with a one-line message once the server stopped, before the exit.
+            Defaults to None (the message is logged at INFO level).
+        on_ready: Called once the signal handlers are in place (announce the address here:
+            a parent that signals the process as soon as it reads the address would
+            otherwise kill it before the handlers exist, with exit code -15). Defaults to
+            None.
+    """
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    if on_ready is not None:
+        on_ready()
+    # wait on an Event instead of server.join(): join() blocks in C++ and never lets the
+    # Python signal handlers run
+    while not stop.wait(0.5):
+        pass
+    # a worker whose dispatcher is already gone can block in stop() and in the server's
+    # destructor at interpreter shutdown (its gRPC threads retry the dispatcher; seen in the
+    # tests when both got SIGTERM at once), so stopping gets STOP_GRACE seconds and the
+    # process then leaves without the interpreter's shutdown
+    stopper = threading.Thread(target=server.stop, daemon=True)
+    stopper.start()
+    stopper.join(STOP_GRACE)
+    message = f"tfopt: {server.role} at {server.address} stopped"
+    if on_stop is None:
+        logger.info("%s", message)
+    else:
+        on_stop(message)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def serve_main(argv: Sequence[str], stdout=None, stderr=None) -> NoReturn:
+    """A server process's main: start the server ``argv`` names, write its address, serve.
+
+    ``argv`` is ``dispatcher [--port P] [--host H] [--work-dir D]`` or
+    ``worker --dispatcher ADDRESS [--port P] [--host H]``, as for ``tfopt data-service``. The
+    first line on ``stdout`` is the server's address (a parent process waits for it); the
+    stop message goes to ``stderr``. For processes started by other tfopt code (the
+    benchmark's local services); people use the CLI.
+
+    Args:
+        argv: The role and its options.
+        stdout: Where the address goes. Defaults to None (``sys.stdout``).
+        stderr: Where the stop message goes. Defaults to None (``sys.stderr``).
+
+    Raises:
+        tfopt.InvalidArgumentError: An unknown role or option, or a malformed value.
+        tfopt.TfoptError: The server did not start.
+    """
+    parser = argparse.ArgumentParser(prog="tfopt data-service", add_help=False,
+                                     exit_on_error=False)
+    parser.add_argument("role", choices=("dispatcher", "worker"))
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--host", default=DEFAULT_HOST)
+    parser.add_argument("--work-dir", default=None)
+    parser.add_argument("--dispatcher", default=None)
+    try:
+        args = parser.parse_args(list(argv))
+    except (argparse.ArgumentError, SystemExit) as error:
+        raise InvalidArgumentError(f"argv={list(argv)!r}: {error}; expected dispatcher "
+                                   "[--port P] [--host H] [--work-dir D] or worker "
+                                   "--dispatcher ADDRESS [--port P] [--host H]") from None
+    if args.role == "dispatcher":
+        server = start_dispatcher(port=args.port, host=args.host, work_dir=args.work_dir)
+    else:
+        if args.dispatcher is None:
+            raise InvalidArgumentError("dispatcher=None: a worker needs --dispatcher ADDRESS")
+        server = start_worker(args.dispatcher, port=args.port, host=args.host)
+    out = stdout if stdout is not None else sys.stdout
+    err = stderr if stderr is not None else sys.stderr
+
+    def announce():
+        out.write(server.address + "\n")
+        out.flush()  # a parent process reads this line before the server ever exits
+
+    serve(server, on_stop=lambda message: err.write(message + "\n"), on_ready=announce)

@@ -1,15 +1,18 @@
 """What a pipeline reads: files, how to parse each feature, image and label keys, sizes.
 
-From a tfopt dataset folder everything comes from the manifest (schema, exact counts per
-shard, class names), and so from a list or glob of its shards. From other TFRecord files the
-schema is inferred from a sample read at build time (a pipeline must not read a 100 GB dataset
-before its first batch): the first records of every file, ``SAMPLE_RECORDS`` records and
-about ``SAMPLE_BYTES`` in all, at least one per file, from ``SAMPLE_FILES`` files spread over
-the list when there are more. A feature seen with one length in every sampled record is parsed
-dense, others ragged; a feature that goes missing or changes its length only further into a
-file fails at run time in ``tf.io.parse_example`` (convert such data with ``tfopt convert``, or
-inspect it with ``tfopt inspect``, which reads every record). A small sample of images is
-always read for their sizes, which decide the decoding strategy and the cache estimate.
+From a tfopt dataset folder (or a list or glob of its shards) everything comes from the
+manifest; from other TFRecord files the schema is inferred from a bounded sample of the first
+records of every file (``SAMPLE_RECORDS``, ``SAMPLE_BYTES``, ``SAMPLE_FILES``; see
+``docs/data.md``). A few images are always sampled for their sizes.
+
+Raises:
+    tfopt.DatasetError: No files, an incomplete dataset, or an unknown split.
+    tfopt.InvalidArgumentError: A key that is not a feature, or not images.
+
+Example:
+    >>> source = resolve_source("shards/", training=True)
+    >>> source.num_records, source.image_key
+    (2700, 'image')
 """
 
 from __future__ import annotations

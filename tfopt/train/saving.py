@@ -28,7 +28,7 @@ def keras_objects() -> dict:
         >>> import keras, tfopt
         >>> model = keras.models.load_model("model.keras", custom_objects=tfopt.keras_objects())
     """
-    from tfopt.data.augment import Augment
+    from tfopt.data.augment.layer import Augment
     from tfopt.train.accumulation import UpdateStepSchedule
 
     return {f"tfopt>{cls.__name__}": cls for cls in (Augment, UpdateStepSchedule)}

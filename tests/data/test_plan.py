@@ -1,0 +1,225 @@
+"""The planner on hand-made facts, without TensorFlow: cache against the RAM budget, shuffle
+buffer, determinism, repeat, drop_remainder with replicas, sharding, prefetch to the device,
+decoding, and the rendered choices."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tfopt.data.choices import PipelineChoices
+from tfopt.data.config import PipelineConfig
+from tfopt.data.plan import (
+    CACHE_SHARE,
+    MAX_SHUFFLE_ELEMENTS,
+    MIN_AUTOTUNE_RAM,
+    CacheMode,
+    DecodeStrategy,
+    Facts,
+    Prefetch,
+    Sharding,
+    choose_decode,
+    plan,
+    records_per_block,
+)
+from tfopt.errors import InvalidArgumentError
+
+MIB = 1 << 20
+# 1,000 JPEGs of 500x400 px, 100 KB each, in 10 shards, on an 8-core machine with 16 GiB free
+IMAGES = Facts(files=10, records=1000, total_bytes=100_000 * 1000, mean_record_bytes=100_000.0,
+               image_key="image", label_key="label", image_encoding="jpeg",
+               mean_image_pixels=500 * 400, min_image_side=400, available_memory=16 << 30,
+               usable_cores=8)
+# 10,000 records of 200 bytes, no images
+TABLE = Facts(files=2, records=10_000, total_bytes=2_000_000, mean_record_bytes=200.0,
+              label_key="label", available_memory=16 << 30, usable_cores=2)
+
+
+def train(**fields) -> PipelineConfig:
+    return PipelineConfig(**{"batch_size": 32, "training": True, "image_size": 224, **fields})
+
+
+def evaluation(**fields) -> PipelineConfig:
+    return PipelineConfig(**{"batch_size": 32, "image_size": 224, **fields})
+
+
+def test_cache_follows_the_ram_budget():
+    decoded = 1000 * 500 * 400 * 3  # whole decoded images: 600 MB
+    assert plan(train(), IMAGES).cache is CacheMode.DECODED
+    assert plan(train(), IMAGES).cache_estimate_bytes == decoded
+    fits_decoded = plan(train(ram_budget=int(decoded / CACHE_SHARE) + 1), IMAGES)
+    assert fits_decoded.cache is CacheMode.DECODED and not fits_decoded.notes
+    # too small for decoded images, large enough for the encoded records
+    small = plan(train(ram_budget=int(IMAGES.total_bytes / CACHE_SHARE) + 1), IMAGES)
+    assert small.cache is CacheMode.ENCODED and small.cache_estimate_bytes == IMAGES.total_bytes
+    assert "decoded data not cached: it would not fit the RAM budget (572 MiB)" in small.notes[0]
+    none = plan(train(ram_budget=10 * MIB), IMAGES)
+    assert none.cache is CacheMode.NONE and none.notes == (
+        "the data does not fit the RAM budget: no cache",)
+    # evaluation caches final images: 1,000 x 224 x 224 x 3 bytes
+    final = plan(evaluation(), IMAGES)
+    assert final.cache is CacheMode.FINAL and final.cache_estimate_bytes == 1000 * 224 * 224 * 3
+    assert plan(evaluation(cache=False), IMAGES).cache is CacheMode.NONE
+    # asked for: cached whatever the budget, to a file when a path was given
+    forced = plan(train(cache="/tmp/c", ram_budget=MIB), IMAGES)
+    assert forced.cache is CacheMode.DECODED and forced.cache_to_file
+    assert not plan(train(cache=True, ram_budget=MIB), IMAGES).cache_to_file
+    # non-image data caches its records
+    assert plan(PipelineConfig(batch_size=32), TABLE).cache is CacheMode.ENCODED
+
+
+def test_ram_budget_defaults_to_half_the_available_memory_and_feeds_the_autotuner():
+    resolved = plan(train(), IMAGES)
+    assert resolved.ram_budget == 8 << 30
+    assert resolved.autotune_ram_budget == (8 << 30) - resolved.cache_estimate_bytes
+    assert plan(train(cache="/tmp/c", ram_budget=MIB), IMAGES).autotune_ram_budget == (
+        MIN_AUTOTUNE_RAM)
+    assert plan(train(cache=False, ram_budget=MIB), IMAGES).autotune_ram_budget == (
+        MIN_AUTOTUNE_RAM)
+    assert plan(train(cache=False, ram_budget=1 << 30), IMAGES).autotune_ram_budget == 1 << 30
+
+
+def test_a_manifest_less_image_source_caches_its_records():
+    unknown = dataclasses.replace(IMAGES, records=None)
+    resolved = plan(train(), unknown)
+    assert resolved.cache is CacheMode.ENCODED
+    assert "its size is unknown without a manifest" in resolved.notes[0]
+    assert resolved.steps_per_epoch is None and not resolved.known_length
+
+
+def test_shuffle_buffer_is_the_shuffle_bytes_over_the_element_size():
+    # decoded images in the cache: 600,000 bytes per element
+    assert plan(train(), IMAGES).shuffle_elements == (32 << 20) // 600_000
+    assert plan(train(shuffle_bytes=100), IMAGES).shuffle_elements == 1  # at least one
+    # encoded records (no cache): 100 KB each
+    assert plan(train(cache=False), IMAGES).shuffle_elements == (32 << 20) // 100_000
+    # small records: capped
+    assert plan(PipelineConfig(batch_size=8, training=True), TABLE).shuffle_elements == (
+        MAX_SHUFFLE_ELEMENTS)
+    assert plan(evaluation(), IMAGES).shuffle_elements is None
+
+
+def test_determinism_and_repeat_follow_training_and_the_seed():
+    assert plan(evaluation(), IMAGES).deterministic is True
+    assert plan(train(), IMAGES).deterministic is False  # faster
+    assert plan(train(seed=1), IMAGES).deterministic is True  # a seed asks for reproducibility
+    assert plan(train(deterministic=True), IMAGES).deterministic is True
+    assert plan(evaluation(deterministic=False), IMAGES).deterministic is False
+    assert plan(train(), IMAGES).repeat is True and plan(evaluation(), IMAGES).repeat is False
+    assert plan(train(repeat=False), IMAGES).repeat is False
+    assert plan(evaluation(repeat=True), IMAGES).repeat is True
+
+
+def test_drop_remainder_follows_the_replicas_when_training():
+    two = dataclasses.replace(IMAGES, replicas=2, strategy=True)
+    assert plan(train(), IMAGES).drop_remainder is False
+    assert plan(train(), two).drop_remainder is True
+    assert plan(evaluation(), two).drop_remainder is False  # every record, once
+    assert plan(train(drop_remainder=False), two).drop_remainder is False
+    assert plan(train(), two).steps_per_epoch == 1000 // 32
+    assert plan(train(drop_remainder=False), two).steps_per_epoch == -(-1000 // 32)
+
+
+def test_a_split_smaller_than_one_batch_with_drop_remainder_is_refused():
+    with pytest.raises(InvalidArgumentError,
+                       match=r"batch_size=2000 with drop_remainder=True: the source has only "
+                             r"1000 records"):
+        plan(train(batch_size=2000, drop_remainder=True), IMAGES)
+    assert plan(train(batch_size=2000), IMAGES).steps_per_epoch == 1
+
+
+def test_prefetch_to_the_device_with_one_gpu_and_no_strategy():
+    one_gpu = dataclasses.replace(IMAGES, gpus=1)
+    assert plan(train(), IMAGES).prefetch is Prefetch.HOST
+    assert plan(train(), one_gpu).prefetch is Prefetch.DEVICE
+    assert plan(train(), dataclasses.replace(one_gpu, strategy=True)).prefetch is Prefetch.HOST
+    assert plan(train(), dataclasses.replace(IMAGES, gpus=2)).prefetch is Prefetch.HOST
+    assert plan(train(prefetch_to_device=True), dataclasses.replace(IMAGES, gpus=2)).prefetch is (
+        Prefetch.DEVICE)
+    assert plan(train(prefetch_to_device=True), IMAGES).prefetch is Prefetch.HOST  # no GPU
+    assert plan(train(prefetch_to_device=False), one_gpu).prefetch is Prefetch.HOST
+
+
+def test_sharding_by_file_by_data_or_left_to_tf_data():
+    worker = dataclasses.replace(IMAGES, workers=3, worker_index=1)
+    by_file = plan(train(), worker)
+    assert by_file.sharding is Sharding.FILE and by_file.file_share == (3, 1)
+    assert by_file.shards_read == 3  # shards 1, 4, 7 of 10
+    few_shards = plan(train(), dataclasses.replace(worker, files=2))
+    assert few_shards.sharding is Sharding.DATA and few_shards.file_share is None
+    evaluator = plan(train(), dataclasses.replace(IMAGES, workers=3))  # no place in the cluster
+    assert evaluator.sharding is Sharding.DATA
+    alone = plan(train(), IMAGES)
+    assert alone.sharding is Sharding.AUTO and alone.file_share is None
+    assert alone.shards_read == 10
+
+
+def test_the_length_is_known_only_where_the_manifest_count_is_exact():
+    assert plan(evaluation(), IMAGES).known_length
+    assert not plan(evaluation(skip_corrupt=True), IMAGES).known_length
+    assert not plan(train(), IMAGES).known_length  # repeats
+    assert not plan(evaluation(), dataclasses.replace(IMAGES, workers=2)).known_length
+    assert not plan(evaluation(service="localhost:5050"), IMAGES).known_length
+
+
+def test_device_crops_ship_margin_squares():
+    resolved = plan(train(image_size=(24, 24), random_crop="device"), IMAGES)
+    assert resolved.device_crop and resolved.output_size == (27, 27)  # 24 x 256/224
+    assert resolved.decode.random_crop is False and resolved.decode.crop_fraction == 1.0
+    assert resolved.cache is CacheMode.FINAL  # fixed-size squares, not crops drawn per epoch
+    assert "tfopt.Augment(output_size=(24, 24), random_crop=True)" in resolved.notes[0]
+    assert not plan(PipelineConfig(batch_size=8, random_crop="device"), TABLE).device_crop
+
+
+def test_image_data_needs_an_image_size():
+    with pytest.raises(InvalidArgumentError, match="image_size is required for image data"):
+        plan(PipelineConfig(batch_size=8), IMAGES)
+    assert plan(PipelineConfig(batch_size=8), TABLE).output_size is None
+
+
+def test_blocks_and_interleave_follow_the_records_and_the_cores():
+    resolved = plan(train(), IMAGES)
+    assert resolved.parse_block == records_per_block(100_000.0, 128) == 10
+    assert resolved.count_block == 10
+    assert resolved.interleave_cycle == 8  # cores, at most the files
+    assert plan(train(), dataclasses.replace(IMAGES, usable_cores=1)).interleave_cycle == 2
+    assert plan(PipelineConfig(batch_size=8), TABLE).parse_block == 128
+
+
+def test_decode_strategy_follows_the_target_size():
+    common = dict(encoding="jpeg", random_crop=False, cache_decoded=False)
+    assert choose_decode(target=(100, 100), min_side=420, **common).ratio == 2  # 367 / 4 < 100
+    assert choose_decode(target=(100, 100), min_side=480, **common).ratio == 4
+    assert choose_decode(target=(224, 224), min_side=320, **common).strategy is DecodeStrategy.CROP
+    png = choose_decode(target=(100, 100), min_side=420, **{**common, "encoding": "png"})
+    assert png.strategy is DecodeStrategy.PLAIN and png.ratio == 1
+    cached = choose_decode(target=(64, 64), min_side=400, **{**common, "cache_decoded": True})
+    assert cached.ratio == 4  # 400 / 4 = 100 >= the 90-px cache square
+    # the plan asks for the same: 400 px JPEGs to 100 px, evaluation's central 350 px
+    assert plan(evaluation(image_size=100), IMAGES).decode.ratio == 2
+
+
+def test_the_same_config_and_facts_give_the_same_plan():
+    assert plan(train(seed=1), IMAGES) == plan(train(seed=1), IMAGES)
+    assert plan(train(), IMAGES) != plan(train(), dataclasses.replace(IMAGES, replicas=2))
+
+
+def test_choices_render_the_plan():
+    worker = dataclasses.replace(IMAGES, workers=2, worker_index=0, gpus=1)
+    resolved = plan(train(seed=3), worker)
+    choices = PipelineChoices.of(resolved, "memory", ("one more note",))
+    assert choices.cache is CacheMode.DECODED and choices.drop_remainder is False
+    assert choices.auto_shard == ("by file: worker 0 of 2 reads its own 5 of the 10 shards "
+                                  "(tf.data's auto-shard off)")
+    assert choices.prefetch == "to /gpu:0 (prefetch_to_device)"
+    assert choices.notes[-1] == "one more note"
+    described = choices.describe()
+    assert "parse        parse_example once per 10 records (vectorised)" in described
+    assert "read         parallel interleave, cycle 8, deterministic" in described
+    assert "cache        decoded (memory); estimate 572 MiB, RAM budget 8,192 MiB" in described
+    data = choices.to_json()
+    assert data["cache"] == "decoded" and data["decode"]["strategy"] == "plain"  # decoded whole into the cache
+    one = PipelineChoices.of(plan(train(), dataclasses.replace(IMAGES, files=1)))
+    assert one.auto_shard == "DATA when run by several workers (one shard)"
+    assert one.prefetch == "autotuned, in host memory"

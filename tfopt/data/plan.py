@@ -1,0 +1,478 @@
+"""The pipeline planner: every decision a pipeline makes, from a config and plain facts.
+
+:func:`plan` turns a :class:`~tfopt.data.config.PipelineConfig` (what was asked) and
+:class:`Facts` (what was read from the source and the machine) into a :class:`PipelinePlan`
+of typed decisions: how to decode, what to cache, how large a shuffle buffer, whether to
+repeat, drop the remainder, shard by file or prefetch to the GPU. It is a pure function: it
+reads no file, no environment variable and no device, and imports no TensorFlow, so every
+decision can be tested on hand-made facts. The builder (:mod:`tfopt.data.pipeline`) gathers
+the facts and executes the plan; :class:`~tfopt.data.choices.PipelineChoices` renders it.
+
+Raises:
+    tfopt.InvalidArgumentError: The config does not fit the data (image data without
+        ``image_size``, a split smaller than one batch with ``drop_remainder``).
+
+Example:
+    >>> facts = Facts(files=4, records=1000, total_bytes=64 << 20, image_key="image",
+    ...               image_encoding="jpeg", mean_image_pixels=500 * 375, min_image_side=300,
+    ...               available_memory=8 << 30, usable_cores=8)
+    >>> plan(PipelineConfig(batch_size=32, training=True, image_size=224), facts).repeat
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from tfopt.data.config import DEVICE_CROP, PipelineConfig
+from tfopt.errors import InvalidArgumentError
+
+DEFAULT_RAM_FRACTION = 0.5  # of MemAvailable: the budget for cache + tf.data's own buffers
+CACHE_SHARE = 0.6  # of the budget a cache may take; the rest stays for autotuned buffers
+MIN_AUTOTUNE_RAM = 256 << 20  # what tf.data's autotuner keeps however large the cache
+MAX_SHUFFLE_ELEMENTS = 16384  # small records: more elements only add fill time
+COUNT_BLOCK = 256  # most records per counting step when checking shard record counts
+PARSE_BATCH = 128  # most records per parse_example call: enough to amortise the op
+# Counting and parsing blocks hold about this many bytes (at least 8 records): enough to
+# amortise a scan step or a parse call over small records, and no more, because each shard's
+# first block (and the first parse) waits for all of its records. With fixed blocks of 256
+# and 128 records, 68-KB JPEGs made an evaluation's first batch wait for whole shards: 99 ms
+# against the guide's 57, 82 ms with these blocks (demo data's validation split).
+BLOCK_BYTES = 1 << 20
+# Dynamic sharding for training too, not "parallel_epochs": the builder's seeds (shard order,
+# shuffle, crops) are fixed in the graph, so under parallel_epochs every worker would produce
+# the same sequence and the trainer would see each record once per worker, side by side.
+# Dynamic sharding hands out shards, so each record comes once per epoch whatever the worker
+# count, and steps_per_epoch stays right.
+SERVICE_PROCESSING_MODE = "distributed_epoch"
+PREFETCH_DEVICE = "/gpu:0"
+
+EVAL_CROP_FRACTION = 0.875  # central 87.5 %: the 224-of-256 convention
+# The "resize 256, crop 224" margin of ImageNet training: decoded images kept in the cache
+# stay at least this much larger than the target (reduced JPEG decoding stops there), and
+# with random crops left to the device the pipeline ships squares with this margin.
+CACHE_SCALE = 256 / 224
+DEVICE_CROP_SCALE = CACHE_SCALE
+
+
+class CacheMode(str, enum.Enum):
+    """Which stage a pipeline caches."""
+
+    NONE = "none"
+    ENCODED = "encoded"  # serialized records, before decoding
+    DECODED = "decoded"  # decoded full images (training crops come from memory)
+    FINAL = "final"  # fixed-size images (evaluation) or parsed non-image batches
+
+
+class Sharding(str, enum.Enum):
+    """How the records are split between the workers of a multi-worker cluster."""
+
+    FILE = "file"  # this worker reads its own shard files; tf.data's auto-shard is off
+    DATA = "data"  # several workers, fewer shards than workers: each filters the records
+    AUTO = "auto"  # one worker: tf.data's AUTO policy, should a strategy shard it later
+
+
+class Prefetch(str, enum.Enum):
+    """Where the last stage keeps its read-ahead batches."""
+
+    HOST = "host"  # autotuned, in host memory
+    DEVICE = "device"  # on the GPU (prefetch_to_device)
+
+
+class DecodeStrategy(str, enum.Enum):
+    """How encoded bytes become a fixed-size uint8 image (see :mod:`tfopt.data.decode`)."""
+
+    CROP = "decode_and_crop"
+    REDUCED = "reduced"
+    PLAIN = "plain"
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodePlan:
+    """How each image becomes a ``target``-sized uint8 array, and why.
+
+    Attributes:
+        strategy: See :class:`DecodeStrategy`.
+        ratio: JPEG down-scaling at decode (1, 2, 4 or 8).
+        target: Output ``(height, width)``.
+        random_crop: Random-resized crop (training) instead of a central crop.
+        jpeg: Every image is a JPEG (decode_and_crop and ratio need it).
+        reason: One line for the pipeline's description.
+        crop_fraction: The central square kept when not cropping at random, as a fraction of
+            the shorter side. Defaults to 0.875.
+    """
+
+    strategy: DecodeStrategy
+    ratio: int
+    target: tuple[int, int]
+    random_crop: bool
+    jpeg: bool
+    reason: str
+    crop_fraction: float = EVAL_CROP_FRACTION
+
+
+@dataclasses.dataclass(frozen=True)
+class Facts:
+    """What the builder read from the source and the machine: all the planner looks at.
+
+    Attributes:
+        files: Shard files in the source.
+        records: Records in them, exact from a manifest; None without one (the shards'
+            record counts are then not checked).
+        total_bytes: Bytes in the files.
+        mean_record_bytes: Mean bytes of one serialized record (exact with a manifest, else
+            from the sample).
+        image_key: The encoded-image feature, None for non-image data.
+        label_key: The label feature, if any.
+        image_encoding: ``"jpeg"``, ``"png"``, ... or ``"image"`` for mixed formats.
+        mean_image_pixels: Mean height*width of the sampled images.
+        min_image_side: The smallest shorter side among the sampled images.
+        available_memory: Bytes of memory available (MemAvailable).
+        usable_cores: CPU cores this process may run on.
+        replicas: Replicas in sync of the active distribution strategy. Defaults to 1.
+        strategy: A distribution strategy is active. Defaults to False.
+        workers: Training workers in the cluster (chief included). Defaults to 1.
+        worker_index: This process's place among them; None for an evaluator or without a
+            cluster. Defaults to None.
+        gpus: Visible GPUs. Defaults to 0.
+    """
+
+    files: int
+    records: int | None
+    total_bytes: int
+    mean_record_bytes: float = 4096.0
+    image_key: str | None = None
+    label_key: str | None = None
+    image_encoding: str | None = None
+    mean_image_pixels: float | None = None
+    min_image_side: int | None = None
+    available_memory: int = 4 << 30
+    usable_cores: int = 1
+    replicas: int = 1
+    strategy: bool = False
+    workers: int = 1
+    worker_index: int | None = None
+    gpus: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelinePlan:
+    """Every decision of a pipeline, typed; what :meth:`PipelineBuilder.build` executes.
+
+    Attributes:
+        batch_size: Examples per batch.
+        training: Training settings (shuffled shards and records).
+        repeat: Repeat forever.
+        drop_remainder: Drop a last partial batch.
+        deterministic: Keep the element order stable.
+        files: Shard files in the source.
+        records: Records in them (None without a manifest).
+        output_size: ``(height, width)`` of the images shipped (the margin square with
+            ``random_crop="device"``); None for non-image data.
+        device_crop: Random crops are left to the model (``random_crop="device"``).
+        decode: How images are decoded; None for non-image data.
+        cache: The stage cached.
+        cache_to_file: The cache is a file (``cache`` was a path), not memory.
+        cache_estimate_bytes: Estimated bytes of the cache's stage (None when unknown).
+        ram_budget: Bytes for the cache and tf.data's buffers.
+        autotune_ram_budget: What is left of ``ram_budget`` for tf.data's autotuner.
+        shuffle_elements: Shuffle buffer in elements (None when not training).
+        interleave_cycle: Shards read at once.
+        count_block: Records per counting step (against the manifest's counts).
+        parse_block: Records per ``parse_example`` call.
+        sharding: How a multi-worker cluster splits the records.
+        workers: Training workers in the cluster.
+        worker_index: This worker's place, for ``Sharding.FILE``; else None.
+        prefetch: Where read-ahead batches wait.
+        steps_per_epoch: Batches in one pass (None when the record count is unknown).
+        known_length: ``steps_per_epoch`` is exact for this process, so the dataset may say
+            so (``assert_cardinality``).
+        service: The tf.data service dispatcher, or None.
+        skip_corrupt: Corrupted records are skipped (and counted when ``records`` is known).
+        pad_ragged: Variable-length features are padded.
+        notes: Lines for the description: what was not done as asked, and why.
+    """
+
+    batch_size: int
+    training: bool
+    repeat: bool
+    drop_remainder: bool
+    deterministic: bool
+    files: int
+    records: int | None
+    output_size: tuple[int, int] | None
+    device_crop: bool
+    decode: DecodePlan | None
+    cache: CacheMode
+    cache_to_file: bool
+    cache_estimate_bytes: int | None
+    ram_budget: int
+    autotune_ram_budget: int
+    shuffle_elements: int | None
+    interleave_cycle: int
+    count_block: int
+    parse_block: int
+    sharding: Sharding
+    workers: int
+    worker_index: int | None
+    prefetch: Prefetch
+    steps_per_epoch: int | None
+    known_length: bool
+    service: str | None
+    skip_corrupt: bool
+    pad_ragged: bool
+    notes: tuple[str, ...] = ()
+
+    @property
+    def file_share(self) -> tuple[int, int] | None:
+        """``(workers, index)`` when this worker reads only its share of the shard files."""
+        return (self.workers, self.worker_index) if self.sharding is Sharding.FILE else None
+
+    @property
+    def shards_read(self) -> int:
+        """Shard files this worker reads (what ``files.shard(workers, index)`` keeps)."""
+        if self.sharding is not Sharding.FILE:
+            return self.files
+        return len(range(self.worker_index, self.files, self.workers))
+
+    @property
+    def shuffle_after_cache(self) -> bool:
+        """Shuffle and repeat follow a cache of decoded or final images, not the reader."""
+        return self.cache in (CacheMode.DECODED, CacheMode.FINAL)
+
+
+def records_per_block(mean_record_bytes: float, most: int) -> int:
+    """Records in a counting or parsing block of about ``BLOCK_BYTES``, 8 to ``most``."""
+    return int(min(most, max(8, BLOCK_BYTES // max(1.0, mean_record_bytes))))
+
+
+def plan(config: PipelineConfig, facts: Facts) -> PipelinePlan:
+    """Resolve every decision of a pipeline from what was asked and what was read.
+
+    Args:
+        config: What the user asked for; its None fields are resolved here.
+        facts: What was read from the source and the machine.
+
+    Returns:
+        The :class:`PipelinePlan`.
+
+    Raises:
+        tfopt.InvalidArgumentError: Image data without ``image_size``, or a split smaller
+            than one batch with ``drop_remainder``.
+
+    Example:
+        >>> facts = Facts(files=1, records=100, total_bytes=1 << 20, available_memory=1 << 30)
+        >>> plan(PipelineConfig(batch_size=8), facts).cache
+        <CacheMode.ENCODED: 'encoded'>
+    """
+    notes: list[str] = []
+    target = _target(config, facts)
+    random_crop = config.training if config.random_crop is None else config.random_crop
+    device_crop = random_crop == DEVICE_CROP and target is not None
+    crop_fraction = EVAL_CROP_FRACTION
+    if device_crop:
+        # ship whole central squares with a margin; the model draws the random crops
+        side = int(round(DEVICE_CROP_SCALE * max(target)))
+        notes.append(f"random-resized crops happen on the device: batches are {side}x{side}; "
+                     f"put tfopt.Augment(output_size={target}, random_crop=True) first "
+                     "in the model")
+        target, crop_fraction = (side, side), 1.0
+    random_crop = random_crop is True
+    ram_budget = (config.ram_budget if config.ram_budget is not None
+                  else int(facts.available_memory * DEFAULT_RAM_FRACTION))
+    cache, estimate = _choose_cache(config, facts, target, random_crop, ram_budget, notes)
+    decode = None
+    if target is not None:
+        decode = choose_decode(
+            encoding=facts.image_encoding or "image", random_crop=random_crop, target=target,
+            min_side=facts.min_image_side, cache_decoded=cache is CacheMode.DECODED,
+            crop_fraction=crop_fraction)
+    shuffle = None
+    if config.training:
+        element_bytes = _element_bytes(facts, cache, target)
+        shuffle = max(1, min(config.shuffle_bytes // max(1, int(element_bytes)),
+                             MAX_SHUFFLE_ELEMENTS))
+    repeat = config.training if config.repeat is None else config.repeat
+    deterministic = (not config.training or config.seed is not None
+                     if config.deterministic is None else config.deterministic)
+    drop = config.drop_remainder
+    if drop is None:
+        drop = config.training and facts.replicas > 1
+    _refuse_empty_epoch(config.batch_size, drop, facts.records)
+    if facts.workers > 1 and facts.worker_index is not None and facts.files >= facts.workers:
+        sharding = Sharding.FILE
+    else:
+        sharding = Sharding.DATA if facts.workers > 1 else Sharding.AUTO
+    to_device = config.prefetch_to_device
+    if to_device is None:
+        to_device = facts.gpus == 1 and not facts.strategy
+    prefetch = Prefetch.DEVICE if to_device and facts.gpus else Prefetch.HOST
+    if config.service is not None:
+        notes.append(f"preprocessing runs on the tf.data service at {config.service}, "
+                     f"processing mode {SERVICE_PROCESSING_MODE!r} (dynamic sharding: each "
+                     "record once per epoch across the workers, order not fixed); caches, "
+                     "the RAM budget and shuffling live on the workers")
+    if facts.records is None and config.skip_corrupt:
+        notes.append("no manifest: corrupted records are skipped but cannot be counted")
+    steps = None
+    if facts.records is not None:
+        steps = (facts.records // config.batch_size if drop
+                 else -(-facts.records // config.batch_size))
+    # The manifest's count is exact when nothing is skipped; not under several workers, whose
+    # sharding makes each worker's pass shorter, nor through the tf.data service.
+    known_length = (not repeat and steps is not None and not config.skip_corrupt
+                    and config.service is None and facts.workers <= 1)
+    cache_bytes = (estimate or 0) if cache is not CacheMode.NONE else 0
+    return PipelinePlan(
+        batch_size=config.batch_size,
+        training=config.training,
+        repeat=repeat,
+        drop_remainder=drop,
+        deterministic=deterministic,
+        files=facts.files,
+        records=facts.records,
+        output_size=target,
+        device_crop=device_crop,
+        decode=decode,
+        cache=cache,
+        cache_to_file=config.cache not in (True, False, "auto"),
+        cache_estimate_bytes=estimate,
+        ram_budget=ram_budget,
+        autotune_ram_budget=max(MIN_AUTOTUNE_RAM, int(ram_budget - cache_bytes)),
+        shuffle_elements=shuffle,
+        interleave_cycle=min(facts.files, max(2, facts.usable_cores)),
+        count_block=records_per_block(facts.mean_record_bytes, COUNT_BLOCK),
+        parse_block=records_per_block(facts.mean_record_bytes, PARSE_BATCH),
+        sharding=sharding,
+        workers=facts.workers,
+        worker_index=facts.worker_index if sharding is Sharding.FILE else None,
+        prefetch=prefetch,
+        steps_per_epoch=steps,
+        known_length=known_length,
+        service=config.service,
+        skip_corrupt=config.skip_corrupt,
+        pad_ragged=config.pad_ragged,
+        notes=tuple(notes),
+    )
+
+
+def _target(config: PipelineConfig, facts: Facts) -> tuple[int, int] | None:
+    if facts.image_key is None:
+        return None
+    if config.image_size is not None:
+        return config.image_size
+    raise InvalidArgumentError(
+        "image_size is required for image data: batches need one size (e.g. image_size=224)")
+
+
+def _choose_cache(config: PipelineConfig, facts: Facts, target, random_crop: bool,
+                  ram_budget: int, notes: list[str]) -> tuple[CacheMode, int | None]:
+    records = facts.records
+    if target is None:
+        # parsing is cheap and vectorised: cache the records, shuffle after the cache
+        best, estimate = CacheMode.ENCODED, facts.total_bytes
+    elif random_crop:
+        best = CacheMode.DECODED
+        estimate = (int(records * facts.mean_image_pixels * 3)
+                    if records and facts.mean_image_pixels else None)
+    else:
+        best = CacheMode.FINAL
+        estimate = records * target[0] * target[1] * 3 if records else None
+    if config.cache is False:
+        return CacheMode.NONE, estimate
+    if config.cache != "auto":
+        return best, estimate  # asked for: in memory or in the given file
+    allowed = ram_budget * CACHE_SHARE
+    if estimate is not None and estimate <= allowed:
+        return best, estimate
+    if facts.total_bytes <= allowed:
+        why = ("its size is unknown without a manifest" if estimate is None
+               else f"it would not fit the RAM budget ({estimate >> 20} MiB)")
+        notes.append(f"{best.value} data not cached: {why}; caching the encoded records "
+                     "instead")
+        return CacheMode.ENCODED, facts.total_bytes
+    notes.append("the data does not fit the RAM budget: no cache")
+    return CacheMode.NONE, estimate
+
+
+def _element_bytes(facts: Facts, cache: CacheMode, target) -> float:
+    """Estimated bytes of one element where the shuffle buffer sits."""
+    if cache is CacheMode.DECODED and facts.mean_image_pixels:
+        return facts.mean_image_pixels * 3
+    if cache is CacheMode.FINAL and target is not None:
+        return target[0] * target[1] * 3
+    return facts.mean_record_bytes
+
+
+def _refuse_empty_epoch(batch: int, drop_remainder: bool, records: int | None) -> None:
+    """A split smaller than one batch with drop_remainder has no batch at all: Keras then
+    takes steps_per_epoch=0 for "not given" and a repeating pipeline's epoch never ends."""
+    if drop_remainder and records is not None and records < batch:
+        raise InvalidArgumentError(
+            f"batch_size={batch} with drop_remainder=True: the source has only {records} "
+            "records, so every batch would be dropped; use a smaller batch, or "
+            "drop_remainder=False")
+
+
+# -- decoding ----------------------------------------------------------------------------------
+
+def reduction_ratio(min_side: int | None, target: tuple[int, int]) -> int:
+    """The largest JPEG scale-down (8, 4, 2) that keeps the image at least the target size."""
+    if not min_side:
+        return 1
+    for ratio in (8, 4, 2):
+        if min_side / ratio >= max(target):
+            return ratio
+    return 1
+
+
+def cache_side(target: tuple[int, int]) -> int:
+    """Side of the square in which decoded images are cached for random crops."""
+    return int(round(CACHE_SCALE * max(target)))
+
+
+def choose_decode(*, encoding: str, random_crop: bool, target: tuple[int, int],
+                  min_side: int | None, cache_decoded: bool,
+                  crop_fraction: float = EVAL_CROP_FRACTION) -> DecodePlan:
+    """Pick the decoding strategy for these images and this use.
+
+    Args:
+        encoding: ``"jpeg"``, ``"png"``, ... or ``"image"`` for mixed formats.
+        random_crop: Random-resized crops (training) instead of a central crop.
+        target: Output ``(height, width)``.
+        min_side: The smallest shorter side among the sampled images (None if unknown).
+        cache_decoded: Whole decoded images go into a cache (crops are drawn from it).
+        crop_fraction: The central square kept when not cropping at random: 0.875 for
+            evaluation, 1.0 when random crops are left to the device. Defaults to 0.875.
+
+    Example:
+        >>> choose_decode(encoding="jpeg", random_crop=False, target=(100, 100),
+        ...               min_side=480, cache_decoded=False).ratio
+        4
+    """
+    jpeg = encoding == "jpeg"
+    if cache_decoded:
+        # keep at least the crop margin of resolution: a 1/ratio image >= target x 256/224
+        side = cache_side(target)
+        ratio = reduction_ratio(min_side, (side, side)) if jpeg else 1
+        scale = f" at 1/{ratio} scale" if ratio > 1 else ""
+        return DecodePlan(DecodeStrategy.REDUCED if ratio > 1 else DecodeStrategy.PLAIN, ratio,
+                          target, random_crop, jpeg,
+                          f"decoded once{scale} into the cache; every later epoch draws its "
+                          "random crops from memory")
+    # evaluation keeps the central crop: that crop, not the whole image, must stay >= target
+    kept_side = min_side if (random_crop or not min_side) else int(min_side * crop_fraction)
+    ratio = reduction_ratio(kept_side, target) if jpeg else 1
+    if not jpeg:
+        return DecodePlan(DecodeStrategy.PLAIN, 1, target, random_crop, False,
+                          f"{encoding} images: full decode", crop_fraction=crop_fraction)
+    if ratio > 1:
+        return DecodePlan(DecodeStrategy.REDUCED, ratio, target, random_crop, True,
+                          f"target {target[0]}x{target[1]} is at most 1/{ratio} of the smallest "
+                          f"stored side ({min_side} px): decode at 1/{ratio} scale",
+                          crop_fraction=crop_fraction)
+    what = "random-resized-crop window" if random_crop else "central square"
+    return DecodePlan(DecodeStrategy.CROP, 1, target, random_crop, True,
+                      f"decode only the {what} (tf.io.decode_and_crop_jpeg)",
+                      crop_fraction=crop_fraction)
