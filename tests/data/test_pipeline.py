@@ -365,3 +365,11 @@ def test_device_crop_ships_margin_squares_for_the_model_to_crop(indexed_png_data
         assert label == int(round(image.mean() / 5)) % 4
     with pytest.raises(tfopt.InvalidArgumentError, match="random_crop='gpu'"):
         PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, random_crop="gpu")
+
+
+def test_a_malformed_tf_config_is_named_instead_of_meaning_one_worker(indexed_png_dataset,
+                                                                      monkeypatch):
+    # it used to fall back to one worker silently: every worker then read every shard
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["localhost:1"]')
+    with pytest.raises(tfopt.InvalidArgumentError, match="TF_CONFIG"):
+        tfopt.PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24)

@@ -18,7 +18,6 @@ Example:
 from __future__ import annotations
 
 import enum
-import json
 import logging
 import os
 
@@ -41,6 +40,7 @@ from tfopt.data.plan import (
     plan,
 )
 from tfopt.data.source import ParsedFeature, PipelineSource, resolve_source
+from tfopt.distribute.cluster import cluster_info
 from tfopt.records.format.tfrecord import tf_compression_type
 from tfopt.records.schema import FeatureKind
 
@@ -78,30 +78,11 @@ def available_memory() -> int:
     return MEMORY_FALLBACK
 
 
-def _tf_config_worker() -> tuple[int, int | None]:
-    """(training workers in TF_CONFIG's cluster, this process's place among them).
-
-    Numbered as MultiWorkerMirroredStrategy numbers its input pipelines: the chief first, then
-    the workers. The place is None for an evaluator or without a task.
-    """
-    try:
-        config = json.loads(os.environ.get("TF_CONFIG", "{}"))
-        cluster, task = config.get("cluster", {}), config.get("task", {})
-        chiefs = len(cluster.get("chief", []))
-        workers = max(1, chiefs + len(cluster.get("worker", [])))
-        place = {"chief": 0, "worker": chiefs + int(task.get("index", 0))}.get(task.get("type"))
-    except (ValueError, TypeError, AttributeError):
-        return 1, None
-    return workers, place
-
-
-def _tf_config_workers() -> int:
-    return _tf_config_worker()[0]
-
-
 def read_facts(source: PipelineSource) -> Facts:
     """What the planner needs to know of ``source`` and of this machine and process."""
-    workers, place = _tf_config_worker()
+    # the chief first, then the workers: as MultiWorkerMirroredStrategy numbers its input
+    # pipelines; a malformed TF_CONFIG is an error here as it is for the strategy
+    cluster = cluster_info()
     return Facts(
         files=len(source.files),
         records=source.num_records,
@@ -116,8 +97,8 @@ def read_facts(source: PipelineSource) -> Facts:
         usable_cores=usable_cores(),
         replicas=tf.distribute.get_strategy().num_replicas_in_sync,
         strategy=tf.distribute.has_strategy(),
-        workers=workers,
-        worker_index=place,
+        workers=cluster.workers,
+        worker_index=cluster.index,
         gpus=len(tf.config.list_logical_devices("GPU")),
     )
 
