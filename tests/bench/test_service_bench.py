@@ -34,19 +34,27 @@ def shards(tmp_path_factory):
     return root / "shards"
 
 
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:  # gone
+        return False
+    return state[0] != "Z"
+
+
 def _servers_of(parent: int) -> list[int]:
-    """Pids of live service processes that ``parent`` started (its pid is in their argv)."""
+    """Pids of live service processes whose parent is ``parent``."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:  # gone meanwhile
             continue
-        if (b"tfopt.bench.service_workers" in argv and str(parent).encode() in argv
-                and state != "Z"):
+        if (b"tfopt.bench.service_workers" in argv and int(state[1]) == parent
+                and state[0] != "Z"):
             found.append(int(proc.name))
     return found
 
@@ -124,9 +132,10 @@ def test_ctrl_c_sigterm_or_kill_during_the_run_leaves_no_server(shards, signum, 
             process.kill()
             process.wait()
     deadline = time.monotonic() + 5
-    while any(Path(f"/proc/{pid}").exists() for pid in servers) and time.monotonic() < deadline:
+    while any(_alive(pid) for pid in servers) and time.monotonic() < deadline:
         time.sleep(0.1)  # servers are reaped by their parent, or by init once it has gone
-    assert _servers_of(process.pid) == []
+    # by pid, not by parent: once the benchmark is gone, a survivor would be init's child
+    assert [pid for pid in servers if _alive(pid)] == []
 
 
 def test_local_services_start_one_dispatcher_per_count_and_stop_them():

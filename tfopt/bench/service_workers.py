@@ -13,8 +13,9 @@ service costs and how it scales on this host, not the speed-up of workers on oth
 
 Every server is stopped on every way out of :func:`local_services` (an exception, Ctrl-C,
 SIGTERM): workers first (a worker whose dispatcher is gone can hang while stopping), SIGKILL
-after a grace period. The servers run in their own session, so a Ctrl-C in the terminal reaches
-only the benchmark, which then stops them; on Linux they also die with it if it is killed.
+after a grace period. The servers are children of :class:`tfopt._supervisor.Supervisor`: each
+runs in its own session, so a Ctrl-C in the terminal reaches only the benchmark, which then
+stops them, and on Linux they die with it if it is killed.
 """
 
 from __future__ import annotations
@@ -29,11 +30,11 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from tfopt._system import parent_death_signal
+from tfopt._supervisor import Supervisor
+from tfopt.data import service
 from tfopt.errors import TfoptError
 
 logger = logging.getLogger("tfopt")
@@ -41,7 +42,8 @@ logger = logging.getLogger("tfopt")
 MAX_SERVICE_WORKERS = 8  # per count: each worker is a TensorFlow process, ~570 MB resident idle
 START_TIMEOUT = 120.0  # seconds for a server to import TensorFlow and print its address; 5-15 s
 #                        here, more while several start at once on 2 cores
-STOP_GRACE = 8.0  # seconds between SIGTERM and SIGKILL; a server gives itself 5 s to stop
+# seconds between SIGTERM and SIGKILL: a server gives itself service.STOP_GRACE to stop
+STOP_GRACE = service.STOP_GRACE + 3.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +61,12 @@ class LocalServices:
         self._workdir = workdir
         self._addresses: dict[int, str] = {}
         self._servers: list[_Server] = []
+        # one supervisor a role: workers are stopped before their dispatchers; SIGKILL when
+        # the benchmark dies (a server that may ignore SIGTERM must not outlive it); no
+        # forwarding: the benchmark answers Ctrl-C itself and then stops them
+        self._supervisors = {role: Supervisor(STOP_GRACE, death_signal=signal.SIGKILL,
+                                              forward_signals=False)
+                             for role in ("worker", "dispatcher")}
 
     def address(self, workers: int) -> str:
         """The dispatcher address (``grpc://localhost:PORT``) of the ``workers``-worker service."""
@@ -82,12 +90,12 @@ class LocalServices:
     def _start(self, role: str, args: list[str], workers: int) -> _Server:
         log = self._workdir / f"{role}-{len(self._servers)}.log"
         with open(log, "wb") as stderr:  # the child keeps its own descriptor
-            process = subprocess.Popen(
-                [sys.executable, "-m", __name__, str(os.getpid()), role, *args],
+            process = self._supervisors[role].start(
+                [sys.executable, "-m", __name__, role, *args],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr, text=True,
                 # no GPU for the servers: they decode on CPUs, and a TensorFlow process that
                 # sees a GPU reserves most of its memory, which the benchmark needs
-                env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, start_new_session=True)
+                env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
         server = _Server(role, workers, process, log)
         self._servers.append(server)
         return server
@@ -107,24 +115,12 @@ class LocalServices:
         return line
 
     def _stop(self) -> None:
-        """SIGTERM the workers, then the dispatchers; SIGKILL what is left after the grace."""
+        """SIGTERM the workers, then the dispatchers; SIGKILL what is left after the grace
+        (a worker that ran a job sometimes ignores SIGTERM: see tfopt/data/service.py)."""
         for role in ("worker", "dispatcher"):
-            group = [server.process for server in self._servers if server.role == role]
-            for process in group:
-                if process.poll() is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        process.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + STOP_GRACE
-            for process in group:
-                try:
-                    process.wait(max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    # a worker that ran a job sometimes ignores SIGTERM (tfopt/cli/service.py)
-                    logger.info("tf.data service %s %d ignored SIGTERM; killing it", role,
-                                process.pid)
-                    process.kill()
-                    process.wait()
-                process.stdout.close()
+            self._supervisors[role].stop()
+        for server in self._servers:
+            server.process.stdout.close()
 
 
 @contextlib.contextmanager
@@ -195,27 +191,5 @@ def _proc_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _die_with_parent(parent: int) -> None:
-    """Have Linux SIGKILL this server when the benchmark that started it dies (even by SIGKILL).
-
-    Set here, in the server, rather than in ``preexec_fn``: the benchmark has TensorFlow's
-    threads running, and a child between fork and exec of a threaded process must not run
-    Python code.
-    """
-    set_death_signal = parent_death_signal(signal.SIGKILL)
-    if set_death_signal is not None:
-        set_death_signal()
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(1)
-
-
-def _main(argv: list[str]) -> None:
-    """``python -m tfopt.bench.service_workers PARENT_PID dispatcher|worker OPTIONS``."""
-    _die_with_parent(int(argv[0]))
-    from tfopt.data.service import serve_main
-
-    serve_main(argv[1:])
-
-
-if __name__ == "__main__":
-    _main(sys.argv[1:])
+if __name__ == "__main__":  # a server process: python -m tfopt.bench.service_workers ROLE ...
+    service.serve_main(sys.argv[1:])
