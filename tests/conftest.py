@@ -95,6 +95,24 @@ def small_image_dataset(root: Path, *, images: Path | None = None, per_class: in
     return root / out
 
 
+def make_demo_shards(root: Path, *, count: int, classes: int, min_size: int, max_size: int,
+                **options) -> Path:
+    """Demo images (``tfopt demo-data``) converted into ``root / "shards"``.
+
+    Args:
+        root: The folder to write in.
+        count, classes, min_size, max_size: As for ``make_demo_data``.
+        **options: ``convert``'s options; ``workers`` defaults to 1 (tests run on 2 cores).
+    """
+    import tfopt
+
+    tfopt.make_demo_data(root / "images", count=count, classes=classes, min_size=min_size,
+                         max_size=max_size, workers=1)
+    options.setdefault("workers", 1)
+    tfopt.convert(root / "images", root / "shards", **options)
+    return root / "shards"
+
+
 def read_examples(dataset: Path, split: str = "train", compression: str | None = None) -> list:
     """Every record of a split of a tfopt dataset, as ``tf.train.Example``, in shard order."""
     from tfopt._tf import import_tensorflow

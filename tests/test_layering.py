@@ -26,7 +26,7 @@ LAYERS = {
     "tfopt.distribute": "distribute",
     "tfopt.data": "data",
     "tfopt.train": "train",
-    "tfopt.models": "train",
+    "tfopt.models": "models",
     "tfopt.tune": "tune",
     "tfopt.bench": "bench",
     "tfopt.cli": "cli",
@@ -41,17 +41,21 @@ ALLOWED = {
     "records": {"foundation"},
     "distribute": {"foundation"},
     "data": {"foundation", "records", "distribute"},
-    "train": {"foundation", "gpu", "data", "distribute"},
-    "tune": {"foundation", "gpu", "data", "train"},
-    "bench": {"foundation", "gpu", "records", "distribute", "data", "train", "tune"},
-    "cli": {"foundation", "gpu", "records", "distribute", "data", "train", "tune", "bench"},
+    "models": {"foundation"},
+    "train": {"foundation", "gpu", "data", "distribute", "models"},
+    "tune": {"foundation", "gpu", "data", "models", "train"},
+    "bench": {"foundation", "gpu", "records", "distribute", "data", "models", "train", "tune"},
+    "cli": {"foundation", "gpu", "records", "distribute", "data", "models", "train", "tune",
+            "bench"},
     "api": {"foundation"},
 }
 
 # Packages and modules that import no TensorFlow (nor Keras) when they are imported: they run
 # where TensorFlow is absent or must start fast (tfopt --help, monitor, doctor, launch).
-TENSORFLOW_FREE = ["tfopt.records", "tfopt.gpu", "tfopt.cli", "tfopt.distribute.launch",
-                   "tfopt.distribute.cluster", "tfopt._supervisor", "tfopt.data.plan"]
+TENSORFLOW_FREE = ["tfopt.records", "tfopt.gpu", "tfopt.cli", "tfopt.distribute.cluster",
+                   "tfopt.distribute.launch", "tfopt._supervisor", "tfopt.data.config",
+                   "tfopt.data.plan", "tfopt.data.choices", "tfopt.data.service",
+                   "tfopt.tune.search", "tfopt.models"]
 
 
 def module_name(path: Path) -> str:

@@ -6,6 +6,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from conftest import make_demo_shards
 
 import tfopt
 from tfopt.bench.pipeline import STAGES, BenchSettings, run_pipeline_bench
@@ -14,11 +15,8 @@ from tfopt.cli import cli
 
 @pytest.fixture(scope="module")
 def demo_shards(tmp_path_factory):
-    root = tmp_path_factory.mktemp("bench")
-    tfopt.make_demo_data(root / "images", count=160, classes=4, min_size=48, max_size=64,
-                         workers=1)
-    tfopt.convert(root / "images", root / "shards", workers=1, shards=4)
-    return root / "shards"
+    return make_demo_shards(tmp_path_factory.mktemp("bench"), count=160, classes=4,
+                            min_size=48, max_size=64, shards=4)
 
 
 def test_every_method_is_measured_alternately_with_ratios_and_stages(demo_shards):

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import make_demo_shards
 
-import tfopt
 from tfopt.bench.pipeline import BenchSettings, run_pipeline_bench
 from tfopt.bench.service_workers import local_services
 from tfopt.cli import cli
@@ -27,11 +27,8 @@ QUICK = ["--batch-size", "16", "--image-size", "32", "--repeats", "1", "--max-ba
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory):
-    root = tmp_path_factory.mktemp("service-bench")
-    tfopt.make_demo_data(root / "images", count=96, classes=3, min_size=40, max_size=56,
-                         workers=1)
-    tfopt.convert(root / "images", root / "shards", workers=1, shards=4)
-    return root / "shards"
+    return make_demo_shards(tmp_path_factory.mktemp("service-bench"), count=96, classes=3,
+                            min_size=40, max_size=56, shards=4)
 
 
 def _alive(pid: int) -> bool:

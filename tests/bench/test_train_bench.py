@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 from click.testing import CliRunner
+from conftest import make_demo_shards
 
 import tfopt
 from tfopt.cli import cli
@@ -17,11 +18,8 @@ SVG = "{http://www.w3.org/2000/svg}"
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory):
-    root = tmp_path_factory.mktemp("train-bench")
-    tfopt.make_demo_data(root / "images", count=64, classes=4, min_size=48, max_size=64,
-                         workers=1)
-    tfopt.convert(root / "images", root / "shards", workers=1, shards=2, val_fraction=0.25)
-    return root / "shards"
+    return make_demo_shards(tmp_path_factory.mktemp("train-bench"), count=64, classes=4,
+                            min_size=48, max_size=64, shards=2, val_fraction=0.25)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import struct
 
 import pytest
 from click.testing import CliRunner
-from conftest import make_image_folder
+from conftest import make_image_folder, small_image_dataset
 
 import tfopt
 from tfopt.cli import cli
@@ -34,10 +34,8 @@ def one_error_line(result) -> str:
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cli_errors")
-    out = root / "shards"
-    tfopt.convert(make_image_folder(root / "images", per_class=2), out, workers=1)
-    return out
+    return small_image_dataset(tmp_path_factory.mktemp("cli_errors"), per_class=2,
+                               out="shards")
 
 
 @pytest.fixture
@@ -317,7 +315,7 @@ def test_monitor_csv_that_is_not_text(fake_gpu, tmp_path):
 
 
 def test_data_service_run_on_its_own_reports_errors_in_one_line():
-    # python -m tfopt.cli.service, and the benchmark's server processes, run the group alone
+    # python -m tfopt.cli.service runs the group alone (the benchmark's servers call serve_main)
     from tfopt.cli.service import data_service
 
     result = CliRunner().invoke(data_service, ["worker", "--dispatcher", "garbage"],

@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 from click.testing import CliRunner
+from conftest import make_demo_shards
 
 from tfopt.cli.tune import COMMANDS, tune
 from tfopt.errors import InvalidArgumentError
@@ -86,12 +87,8 @@ def test_usage_errors_exit_2(args):
 
 
 def test_sweep_on_shards(tmp_path):
-    from tfopt.records.convert import convert
-    from tfopt.records.demo_data import make_demo_data
-
-    make_demo_data(tmp_path / "images", count=24, classes=3, min_size=32, max_size=40, workers=1)
-    convert(tmp_path / "images", tmp_path / "shards", workers=1)
-    result = run("--builtin", "mlp", "--image-size", 16, "--data", tmp_path / "shards",
+    shards = make_demo_shards(tmp_path, count=24, classes=3, min_size=32, max_size=40)
+    result = run("--builtin", "mlp", "--image-size", 16, "--data", shards,
                  "--no-find", "--sweep", "8", "--steps", 2, "--json", "-q")
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)

@@ -73,7 +73,7 @@ def test_plan_rejects_a_batch_that_does_not_divide():
 
 @pytest.mark.parametrize("bad", [0, -8, 8.0, True, "8", None])
 def test_plan_rejects_non_positive_integers(bad):
-    with pytest.raises(InvalidArgumentError, match="batch_size must be a positive integer"):
+    with pytest.raises(InvalidArgumentError, match="batch_size=.*: expected a positive integer"):
         AccumulationPlan.from_sizes(64, bad)
 
 

@@ -230,7 +230,8 @@ def test_other_monitor_in_best_json_is_ignored(tmp_path):
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [
-    ({"save_freq": 0}, "save_freq"), ({"save_freq": "batch"}, "save_freq"),
+    ({"save_freq": 0}, "save_freq=0: expected 'epoch' or a positive number of batches"),
+    ({"save_freq": "batch"}, "save_freq"), ({"save_freq": True}, "save_freq=True"),
     ({"mode": "up"}, "mode"),
 ])
 def test_bad_arguments(tmp_path, kwargs, match):

@@ -216,8 +216,10 @@ def test_gpu_stats_failing_nvml_never_fails_training(tf):
 def test_bad_arguments_are_rejected():
     from tfopt.errors import InvalidArgumentError
 
-    with pytest.raises(InvalidArgumentError, match="batch_size"):
+    with pytest.raises(InvalidArgumentError, match="batch_size=0: expected a positive integer"):
         ThroughputCallback(batch_size=0)
+    with pytest.raises(InvalidArgumentError, match="batch_size=32.0: expected"):
+        ThroughputCallback(batch_size=32.0)
     with pytest.raises(InvalidArgumentError, match="interval_s"):
         GpuStatsCallback(interval_s=0)
     with pytest.raises(InvalidArgumentError, match="warmup_steps"):

@@ -186,7 +186,7 @@ def test_measure_policies_real_trial(keras):
 def test_measure_policies_validates():
     with pytest.raises(InvalidArgumentError, match="valid: float32, mixed_float16"):
         measure_policies(("float32", "float8"))
-    with pytest.raises(InvalidArgumentError, match="rounds must be a positive integer; got 0"):
+    with pytest.raises(InvalidArgumentError, match="rounds=0: expected a positive integer"):
         measure_policies(rounds=0)
 
 

@@ -124,8 +124,10 @@ def test_end_without_begin_and_bad_steps_are_errors():
     with pytest.raises(InvalidArgumentError, match="without a matching begin"):
         timer.end()
     timer.begin()
-    with pytest.raises(InvalidArgumentError, match="steps must be"):
+    with pytest.raises(InvalidArgumentError, match="steps=0: expected an int >= 1"):
         timer.end(steps=0)
+    with pytest.raises(InvalidArgumentError, match="steps=True: expected an int >= 1"):
+        timer.end(steps=True)
 
 
 @pytest.mark.parametrize(

@@ -42,12 +42,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import numbers
 import types
 
 import keras
 import tensorflow as tf
 
+from tfopt._validate import whole_number
 from tfopt.errors import InvalidArgumentError
 
 logger = logging.getLogger("tfopt")
@@ -110,9 +110,8 @@ class AccumulationPlan:
         return dataclasses.replace(self, **changes)
 
 
-def _check_positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise InvalidArgumentError(f"{name} must be a positive integer; got {value!r}")
+def _check_positive_int(name: str, value) -> int:
+    return whole_number(value, name, 1, "a positive integer")
 
 
 @keras.saving.register_keras_serializable(package="tfopt")

@@ -42,7 +42,7 @@ A backup written by plain ``keras.callbacks.BackupAndRestore`` (``latest.weights
 Keras does not read this layout: it finds no backup and starts from scratch.
 
 Resuming: the weights, optimizer state and epoch counter are restored (and the seed
-generator of a :class:`~tfopt.data.augment.Augment` layer), and that epoch restarts from its
+generator of a :class:`~tfopt.data.augment.layer.Augment` layer), and that epoch restarts from its
 first batch. With ``save_freq="epoch"`` and deterministic training (seeded,
 ``tf.config.experimental.enable_op_determinism()``) the final weights equal an uninterrupted
 run's (tested by killing a process with SIGKILL mid-epoch, one of two workers of a multi-worker
@@ -72,6 +72,7 @@ from pathlib import Path
 import keras
 
 from tfopt._files import atomic_path
+from tfopt._validate import whole_number
 from tfopt.errors import InvalidArgumentError, TfoptError
 
 logger = logging.getLogger("tfopt")
@@ -390,12 +391,8 @@ def backup_callbacks(
     Example:
         >>> model.fit(ds, validation_data=val, epochs=10, callbacks=backup_callbacks("run1"))
     """
-    if save_freq != "epoch" and (
-        isinstance(save_freq, bool) or not isinstance(save_freq, int) or save_freq < 1
-    ):
-        raise InvalidArgumentError(
-            f"save_freq must be 'epoch' or a positive number of batches, got {save_freq!r}"
-        )
+    if save_freq != "epoch":
+        whole_number(save_freq, "save_freq", 1, "'epoch' or a positive number of batches")
     if mode not in ("min", "max", "auto"):
         raise InvalidArgumentError(f"mode must be 'min', 'max' or 'auto', got {mode!r}")
     root = Path(directory)

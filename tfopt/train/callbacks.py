@@ -29,6 +29,7 @@ from types import ModuleType
 import keras
 import tensorflow as tf
 
+from tfopt._validate import optional_whole_number
 from tfopt.gpu.sampler import GpuSampler, GpuStats
 from tfopt.train.timing import (
     DEFAULT_WARMUP_STEPS,
@@ -158,16 +159,8 @@ class ThroughputCallback(keras.callbacks.Callback):
     def __init__(self, batch_size: int | None = None, probe: InputProbe | None = None,
                  warmup_steps: int = DEFAULT_WARMUP_STEPS):
         super().__init__()
-        if batch_size is not None and (
-            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
-        ):
-            from tfopt.errors import InvalidArgumentError
-
-            raise InvalidArgumentError(
-                f"batch_size must be a positive integer (the global batch) or None, "
-                f"got {batch_size!r}"
-            )
-        self.batch_size = batch_size
+        self.batch_size = optional_whole_number(
+            batch_size, "batch_size", 1, "a positive integer (the global batch) or None")
         self.probe = probe
         self.timer = StepTimer(warmup_steps)
         self._begin_step: int | None = None

@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from tfopt._tf import import_tensorflow
+from tfopt._validate import whole_number
 from tfopt.errors import InvalidArgumentError
 from tfopt.gpu.compat import tensor_core_dtypes
 from tfopt.gpu.hardware import HardwareFacts, gather_facts
@@ -284,8 +285,7 @@ def measure_policies(
 
     names = [_policy_name(name) for name in names]
     for arg, value in (("rounds", rounds), ("steps", steps), ("batch_size", batch_size)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise InvalidArgumentError(f"{arg} must be a positive integer; got {value!r}")
+        whole_number(value, arg, 1, "a positive integer")
     rng = tf.random.Generator.from_seed(0)
     x = rng.uniform((batch_size, TRIAL_IMAGE_SIZE, TRIAL_IMAGE_SIZE, 3))
     y = rng.uniform((batch_size,), maxval=10, dtype=tf.int32)

@@ -1,6 +1,6 @@
 """The Keras objects tfopt defines, for ``keras.models.load_model``.
 
-A model saved with a :class:`~tfopt.data.augment.Augment` layer, or compiled with an optimizer
+A model saved with a :class:`~tfopt.data.augment.layer.Augment` layer, or compiled with an optimizer
 whose schedule :func:`~tfopt.make_optimizer` wrapped in
 :class:`~tfopt.train.accumulation.UpdateStepSchedule`, names them ``tfopt>Augment`` and
 ``tfopt>UpdateStepSchedule`` in its config. Keras finds such names in its registry, which a

@@ -16,6 +16,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
+from tfopt._validate import whole_number
 from tfopt.errors import InvalidArgumentError
 
 __all__ = [
@@ -62,10 +63,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def _check_warmup(warmup_steps: int) -> int:
-    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-        raise InvalidArgumentError(
-            f"warmup_steps must be an integer >= 0, got {warmup_steps!r}"
-        )
+    whole_number(warmup_steps, "warmup_steps", 0)
     return warmup_steps
 
 
@@ -106,8 +104,7 @@ class _CallClock:
 
     def _on_end(self, steps: int) -> float | None:
         """Stamp a call's end; return its duration when it counts, else None."""
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise InvalidArgumentError(f"steps must be an integer >= 1, got {steps!r}")
+        whole_number(steps, "steps", 1)
         if self._begin is None:
             raise InvalidArgumentError("end() called without a matching begin()")
         now = self._clock()
