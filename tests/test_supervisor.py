@@ -7,6 +7,7 @@ wait is on a condition with a generous timeout, never on a timing.
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import signal
@@ -91,7 +92,25 @@ def test_a_missing_program_is_oserror_as_popen_raises_it(tmp_path):
         not_executable.write_text("#!/bin/sh\n")
         with pytest.raises(PermissionError):
             supervisor.start([str(not_executable)])
+        no_shebang = tmp_path / "no-shebang"
+        no_shebang.write_text("echo hi\n")
+        no_shebang.chmod(0o755)
+        with pytest.raises(OSError) as raised:  # Popen's own "Exec format error"
+            supervisor.start([str(no_shebang)])
+        assert raised.value.errno == errno.ENOEXEC
     assert supervisor.processes == ()
+
+
+def test_a_relative_program_path_is_found_from_the_childs_cwd(tmp_path):
+    (tmp_path / "bin").mkdir()
+    script = tmp_path / "bin" / "hello"
+    script.write_text("#!/bin/sh\necho hello from $(pwd)\n")
+    script.chmod(0o755)
+    with Supervisor() as supervisor:
+        process = supervisor.start(["./bin/hello"], cwd=tmp_path, stdout=subprocess.PIPE,
+                                   text=True)
+        out, _ = process.communicate(timeout=30)
+    assert process.returncode == 0 and out.strip() == f"hello from {tmp_path}"
 
 
 def test_bad_arguments_are_named():
@@ -99,6 +118,13 @@ def test_bad_arguments_are_named():
         Supervisor(grace_seconds=-1)
     with pytest.raises(InvalidArgumentError, match="command=\\[\\]"):
         Supervisor().start([])
+    for bad in ("5", True, float("nan")):
+        with pytest.raises(InvalidArgumentError, match="grace_seconds="):
+            Supervisor(grace_seconds=bad)
+    with pytest.raises(InvalidArgumentError, match="grace=-2"):
+        Supervisor().stop(grace=-2)
+    # infinity: wait as long as the children take (tfopt launch --grace inf)
+    assert Supervisor(grace_seconds=float("inf")).grace_seconds == float("inf")
 
 
 def test_the_command_sees_its_own_argv_and_environment():

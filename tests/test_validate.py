@@ -60,6 +60,19 @@ def test_pairs_and_sequences():
         v.numbers_above((), "std", 0, "positive")
 
 
+def test_choice_takes_a_member_or_its_value_in_any_case():
+    import enum
+
+    class Kind(str, enum.Enum):
+        CNN = "cnn"
+        MLP = "mlp"
+
+    assert v.choice(Kind, Kind.MLP, "model") is Kind.MLP
+    assert v.choice(Kind, "CNN", "model") is Kind.CNN
+    with pytest.raises(InvalidArgumentError, match=r"^model='rnn' is not one of: cnn, mlp$"):
+        v.choice(Kind, "rnn", "model")
+
+
 def test_known_options_names_the_unknown_and_the_allowed():
     v.known_options({"shards": 3}, ["shards", "seed"], "convert")
     with pytest.raises(InvalidArgumentError,

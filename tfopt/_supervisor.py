@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import math
 import os
 import shutil
 import signal
@@ -40,7 +41,8 @@ from tfopt._validate import fail, number
 
 logger = logging.getLogger("tfopt")
 
-# Seconds a stopped child gets between the signal and SIGKILL when the owner does not say.
+# Seconds a stopped child gets between the signal and SIGKILL when the owner does not say:
+# enough for a Python worker to unwind and flush, short enough that a failed job ends promptly.
 DEFAULT_GRACE_SECONDS = 10.0
 
 # A child killed by signal N reports -N to Python; shells report 128 + N.
@@ -83,8 +85,8 @@ def exit_code(returncode: int) -> int:
 def die_with_parent(parent_pid: int, signum: int = signal.SIGKILL) -> bool:
     """In a child: have Linux send ``signum`` when the parent dies; exit now if it is gone.
 
-    For children started by someone else (a ``multiprocessing`` initializer, a server's
-    ``main``); :meth:`Supervisor.start` does this for its own children.
+    For children started by someone else (a ``multiprocessing`` initializer: convert's shard
+    writers); :meth:`Supervisor.start` does this for its own children.
 
     Args:
         parent_pid: The parent's pid, passed down by it (``os.getppid()`` changes once the
@@ -106,6 +108,13 @@ def die_with_parent(parent_pid: int, signum: int = signal.SIGKILL) -> bool:
     return set_signal is not None
 
 
+def _grace(value, name: str = "grace_seconds") -> float:
+    """Seconds >= 0, infinity included (wait as long as the children take)."""
+    if value == math.inf and not isinstance(value, bool):
+        return math.inf
+    return number(value, name, low=0.0, expected="a number of seconds >= 0 (or math.inf)")
+
+
 def stop_processes(processes: Sequence, grace_seconds: float = DEFAULT_GRACE_SECONDS) -> None:
     """Stop ``multiprocessing`` children the way :meth:`Supervisor.stop` stops its own.
 
@@ -118,7 +127,7 @@ def stop_processes(processes: Sequence, grace_seconds: float = DEFAULT_GRACE_SEC
             ``terminate`` and ``kill``).
         grace_seconds: Seconds each step waits. Defaults to 10.0.
     """
-    grace = number(grace_seconds, "grace_seconds", low=0.0, expected="a number of seconds >= 0")
+    grace = _grace(grace_seconds)
     for signal_step in ("none", "terminate", "kill"):
         deadline = time.monotonic() + (_REAP_SECONDS if signal_step == "kill" else grace)
         for process in processes:
@@ -133,14 +142,26 @@ def stop_processes(processes: Sequence, grace_seconds: float = DEFAULT_GRACE_SEC
                         "them", sum(process.is_alive() for process in processes), grace)
 
 
-def _resolve(program: str, env: Mapping[str, str] | None) -> str:
-    """The executable ``program`` names, found as ``execvp`` would; OSError as Popen raises."""
+def _resolve(program: str, env: Mapping[str, str] | None, cwd=None) -> str:
+    """The executable ``program`` names, found as ``execvp`` would (a relative path from
+    ``cwd``, as Popen runs it); the OSError Popen would raise for one it cannot execute."""
+    if os.sep in program and not os.path.isabs(program) and cwd is not None:
+        program = os.path.join(os.fspath(cwd), program)
     path = (env if env is not None else os.environ).get("PATH", os.defpath)
     found = shutil.which(program, path=path)
     if found is None:
         if os.sep in program and os.path.exists(program):
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    # the bootstrap's exec would fail on a file that is neither a script nor a binary (a
+    # script without "#!"): refuse it here, where Popen itself would have raised
+    try:
+        with open(found, "rb") as handle:
+            magic = handle.read(4)
+    except OSError:  # executable but unreadable: only exec can tell
+        return found
+    if not (magic.startswith(b"#!") or magic == b"\x7fELF"):
+        raise OSError(errno.ENOEXEC, os.strerror(errno.ENOEXEC), program)
     return found
 
 
@@ -164,8 +185,7 @@ class Supervisor:
     def __init__(self, grace_seconds: float = DEFAULT_GRACE_SECONDS, *,
                  death_signal: int | None = signal.SIGTERM, forward_signals: bool = True,
                  own_session: bool = True):
-        self.grace_seconds = number(grace_seconds, "grace_seconds", low=0.0,
-                                    expected="a number of seconds >= 0")
+        self.grace_seconds = _grace(grace_seconds)
         self.death_signal = death_signal
         self.forward_signals = forward_signals
         self.own_session = own_session
@@ -237,7 +257,7 @@ class Supervisor:
         argv = command
         if self.death_signal is not None and sys.executable \
                 and parent_death_signal(self.death_signal) is not None:
-            program = _resolve(command[0], env)
+            program = _resolve(command[0], env, popen_kwargs.get("cwd"))
             argv = [sys.executable, "-I", "-S", "-c", _BOOTSTRAP, str(int(self.death_signal)),
                     str(os.getpid()), program, *command]
         process = subprocess.Popen(argv, env=None if env is None else dict(env),
@@ -309,7 +329,7 @@ class Supervisor:
             grace: Seconds before SIGKILL. Defaults to None (``grace_seconds``).
             tick: As for :meth:`wait`. Defaults to None.
         """
-        grace = self.grace_seconds if grace is None else grace
+        grace = self.grace_seconds if grace is None else _grace(grace, "grace")
         if signum is not None:
             self.send(signum)
         if signum != signal.SIGKILL and not self.wait(grace, tick=tick):

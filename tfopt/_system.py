@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
+MEMORY_FALLBACK = 4 << 30  # bytes taken as available where /proc/meminfo cannot be read
 
 
 def usable_cores() -> int:
@@ -16,6 +17,19 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def available_memory() -> int:
+    """Bytes of memory available now (Linux's MemAvailable: free memory plus what the kernel
+    can reclaim), or ``MEMORY_FALLBACK`` (4 GiB) where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return MEMORY_FALLBACK
 
 
 def parent_death_signal(signum: int) -> Callable[[], object] | None:

@@ -58,11 +58,14 @@ def require(condition: bool, name: str, value, expected: str) -> None:
 
 
 def choice(enum_type: type[enum.Enum], value, name: str):
-    """The member of ``enum_type`` named by ``value`` (case-insensitive).
+    """The member of ``enum_type`` named by ``value`` (case-insensitive), or ``value`` itself
+    when it is a member already (``str()`` of a member is ``"Kind.NAME"``, not its value).
 
     Raises:
         InvalidArgumentError: ``value`` is not one of the members, which the message lists.
     """
+    if isinstance(value, enum_type):
+        return value
     try:
         return enum_type(str(value).lower())
     except ValueError:

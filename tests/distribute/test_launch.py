@@ -210,3 +210,15 @@ def test_ctrl_c_stops_every_worker_and_exits_128_plus_the_signal(tmp_path, signu
         if launcher.poll() is None:
             launcher.kill()
             launcher.wait()
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"workers": True}, "workers=True: expected an integer >= 1"),
+    ({"workers": 2.0}, "workers=2.0: expected an integer >= 1"),
+    ({"attempts": 0}, "attempts=0: expected an integer >= 1"),
+    ({"grace_seconds": "5"}, "grace_seconds='5'"),
+])
+def test_bad_arguments_are_named_before_anything_starts(kwargs, match):
+    arguments = {"workers": 2, **kwargs}
+    with pytest.raises(InvalidArgumentError, match=match):
+        launch_workers([sys.executable, "-c", "pass"], arguments.pop("workers"), **arguments)

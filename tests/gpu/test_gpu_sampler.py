@@ -45,7 +45,7 @@ def test_schedule_skips_missed_slots():
     assert schedule.delay() == pytest.approx(0.5)  # next slot at 4.0
 
 
-@pytest.mark.parametrize("interval", [0, -1, float("nan"), float("inf"), "1"])
+@pytest.mark.parametrize("interval", [0, -1, float("nan"), float("inf"), "1", True])
 def test_schedule_rejects_bad_interval(interval):
     with pytest.raises(InvalidArgumentError, match="interval_s"):
         SampleSchedule(interval)

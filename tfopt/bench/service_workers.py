@@ -1,8 +1,8 @@
 """Local tf.data service servers for ``tfopt bench pipeline --service-workers``.
 
 For each worker count N the benchmark asks for, one dispatcher and N workers run as separate
-processes on localhost (``tfopt data-service dispatcher|worker``, i.e. ``tfopt.data.service``'s
-``start_dispatcher`` and ``start_worker``), so that a pipeline built with ``service=`` runs its
+processes on localhost (``python -m tfopt.bench.service_workers dispatcher|worker``, which runs
+``tfopt.data.service.serve_main``, the serve loop of ``tfopt data-service``), so that a pipeline built with ``service=`` runs its
 preprocessing outside the benchmark's process: servers inside it would share its interpreter
 lock and thread pools with the client, which is not how the service is used. Each count gets
 its own dispatcher because a job spreads over every worker its dispatcher knows, and a worker

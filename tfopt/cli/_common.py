@@ -20,7 +20,7 @@ class TfoptGroup(click.Group):
     """A click group that reports TfoptError as a one-line message with exit code 1.
 
     The ``tfopt`` group uses it, and so does any group that is also run on its own
-    (``python -m tfopt.cli.service``, the benchmark's service server processes).
+    (``python -m tfopt.cli.service``).
     """
 
     def invoke(self, ctx):
@@ -53,6 +53,20 @@ class ByteSize(click.ParamType):
         number, unit = match.groups()
         unit = (unit or "").lower().removesuffix("b")
         return int(float(number) * _UNITS[unit])
+
+
+def batch_size_list(ctx, param, value) -> tuple[int, ...] | None:
+    """A click callback: ``"32,64,128"`` as ``(32, 64, 128)``; None when the option is absent."""
+    if value is None:
+        return None
+    try:
+        sizes = tuple(int(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise click.BadParameter(f"{value!r}: expected positive batch sizes separated by "
+                                 "commas, e.g. 32,64,128")
+    return sizes
 
 
 def echo_json(data) -> None:

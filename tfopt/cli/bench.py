@@ -9,7 +9,7 @@ import click
 
 from tfopt.bench.plot import PLOT_SUFFIXES  # imports no TensorFlow
 from tfopt.bench.service_workers import MAX_SERVICE_WORKERS  # imports no TensorFlow
-from tfopt.cli._common import echo_json, needs_tensorflow
+from tfopt.cli._common import batch_size_list, echo_json, needs_tensorflow
 from tfopt.models import MIN_IMAGE_SIZE, ModelName, ModelSize  # imports no TensorFlow
 
 
@@ -106,19 +106,6 @@ def pipeline(path, batch_size, image_size, training, epochs, repeats, cache, max
         click.echo(report.describe())
 
 
-def _batch_sizes(ctx, param, value):
-    if not value:
-        return ()
-    try:
-        sizes = tuple(int(part) for part in value.split(",") if part.strip())
-    except ValueError:
-        raise click.BadParameter(f"{value!r}: expected comma-separated integers such as "
-                                 "32,64,128") from None
-    if not sizes or min(sizes) < 1:
-        raise click.BadParameter(f"{value!r}: expected positive batch sizes such as 32,64,128")
-    return sizes
-
-
 @bench.command("train")
 @click.argument("shards", required=False)
 @click.option("--model", type=click.Choice([name.value for name in ModelName]), default="cnn",
@@ -131,7 +118,7 @@ def _batch_sizes(ctx, param, value):
               help="Epochs per run, both methods.")
 @click.option("--repeats", type=_POSITIVE, default=2, show_default=True,
               help="Alternating runs per method.")
-@click.option("--batch-sizes", callback=_batch_sizes,
+@click.option("--batch-sizes", callback=batch_size_list,
               help="Comma-separated batch sizes for a tfopt throughput sweep, e.g. 32,64,128.")
 @click.option("--steps-per-execution", type=click.IntRange(min=1),
               help="tfopt's steps_per_execution [default: tuned by a short trial of 1, 4, 16].")
@@ -168,7 +155,7 @@ def train(shards, model, image_size, batch_size, epochs, repeats, batch_sizes,
             shards = make_demo_shards(workspace)
         settings = TrainBenchSettings(
             source=shards, model=model, image_size=image_size, batch_size=batch_size,
-            epochs=epochs, repeats=repeats, batch_sizes=batch_sizes,
+            epochs=epochs, repeats=repeats, batch_sizes=batch_sizes or (),
             steps_per_execution=steps_per_execution, max_steps=max_steps,
             fuse_batch_norm=fuse_batch_norm)
         report = run_train_bench(settings, progress=progress)

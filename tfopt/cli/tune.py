@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from tfopt.cli._common import ByteSize, echo_json, finite, needs_tensorflow
+from tfopt.cli._common import ByteSize, batch_size_list, echo_json, finite, needs_tensorflow
 from tfopt.models import MIN_IMAGE_SIZE, ModelName, ModelSize  # imports no TensorFlow
 
 # The built-in models are the zoo's tiny ones (trials of seconds on a CPU), named by a spec so
@@ -16,19 +16,6 @@ _BUILTIN_SPEC = "tfopt.models:compiled_model"
 _BUILTIN_SIZE = ModelSize.TINY.value
 MIN_BUILTIN_IMAGE_SIZE = MIN_IMAGE_SIZE[ModelSize.TINY]
 _DEFAULT_CLASSES = 10
-
-
-def _batch_sizes(ctx, param, value):
-    if value is None:
-        return None
-    try:
-        sizes = [int(part) for part in value.split(",") if part.strip()]
-    except ValueError:
-        sizes = []
-    if not sizes or min(sizes) < 1:
-        raise click.BadParameter(f"{value!r}: expected positive integers separated by commas, "
-                                 "e.g. 32,64,128")
-    return sizes
 
 
 def _classes_of(data) -> int:
@@ -66,7 +53,7 @@ def tune():
               "half the RAM available on a CPU-only machine, none with a GPU].")
 @click.option("--margin", type=click.FloatRange(0, 1, min_open=True), default=0.9,
               callback=finite, show_default=True, help="Fraction of the largest batch that fits to recommend.")
-@click.option("--sweep", callback=_batch_sizes, metavar="SIZES",
+@click.option("--sweep", callback=batch_size_list, metavar="SIZES",
               help="Also time these batch sizes, e.g. 32,64,128.")
 @click.option("--steps", type=click.IntRange(min=1), default=10, show_default=True,
               help="Timed steps per swept size.")

@@ -23,7 +23,7 @@ import os
 
 import tensorflow as tf
 
-from tfopt._system import usable_cores
+from tfopt._system import available_memory, usable_cores
 from tfopt._validate import choice, known_options
 from tfopt.data.cache_keys import cache_location, other_cache_files
 from tfopt.data.choices import PipelineChoices
@@ -47,7 +47,6 @@ from tfopt.records.schema import FeatureKind
 logger = logging.getLogger("tfopt")
 
 AUTOTUNE = tf.data.AUTOTUNE
-MEMORY_FALLBACK = 4 << 30  # bytes taken as available where /proc/meminfo cannot be read
 
 # sharded by file here already (see PipelineBuilder._records), or DATA with fewer shards than
 # workers; AUTO where TF_CONFIG does not say (it falls back to DATA)
@@ -64,18 +63,6 @@ class Stage(str, enum.Enum):
     READ = "read"  # serialized records
     PARSE = "parse"  # parsed examples, images still encoded
     DECODE = "decode"  # batches without augmentation: the whole pipeline here
-
-
-def available_memory() -> int:
-    """Bytes of memory available now (MemAvailable), or 4 GiB where it cannot be read."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return MEMORY_FALLBACK
 
 
 def read_facts(source: PipelineSource) -> Facts:

@@ -27,16 +27,18 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from tfopt._supervisor import POLL_SECONDS, SIGNAL_EXIT_BASE, Supervisor, exit_code
-from tfopt._validate import require
+from tfopt._supervisor import (
+    DEFAULT_GRACE_SECONDS,
+    POLL_SECONDS,
+    SIGNAL_EXIT_BASE,
+    Supervisor,
+    exit_code,
+)
+from tfopt._validate import require, whole_number
 from tfopt.distribute.cluster import LOCALHOST, free_ports, tf_config
 from tfopt.errors import InvalidArgumentError
 
 logger = logging.getLogger("tfopt")
-
-# Seconds a stopped worker gets to exit after SIGTERM/SIGINT before SIGKILL: enough for a
-# Python worker to unwind and flush, short enough that a failed job ends promptly.
-DEFAULT_GRACE_SECONDS = 10.0
 
 # Launch attempts when a worker cannot bind its port: the port found free can be taken by
 # another process before the worker binds it (a race no reservation closes, since the worker
@@ -234,9 +236,9 @@ def launch_workers(command: Sequence[str], workers: int, *, on_line: OnLine | No
         >>> sys.exit(result.exit_code)
     """
     require(bool(command), "command", command, "a program and its arguments, e.g. python train.py")
-    require(isinstance(workers, int) and workers >= 1, "workers", workers, "an integer >= 1")
-    require(grace_seconds >= 0, "grace_seconds", grace_seconds, "a number >= 0")
-    require(isinstance(attempts, int) and attempts >= 1, "attempts", attempts, "an integer >= 1")
+    whole_number(workers, "workers", 1, "an integer >= 1")
+    whole_number(attempts, "attempts", 1, "an integer >= 1")
+    # grace_seconds is checked by the supervisor (math.inf: wait as long as the workers take)
     on_line = on_line or (lambda worker, stream, line: None)
     env = dict(os.environ if env is None else env)
     # the supervisor forwards SIGINT/SIGTERM to the workers and, on any way out of this

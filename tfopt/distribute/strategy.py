@@ -327,7 +327,7 @@ def plan_strategy(name: str = "auto", *, devices: Sequence | None = None, cluste
         >>> plan_strategy(devices=["/device:CPU:0", "/device:GPU:0", "/device:GPU:1"], nccl=True)
         StrategyPlan(kind=<StrategyKind.MIRRORED: 'mirrored'>, reason='2 local GPUs, NCCL all-reduce', devices=('/gpu:0', '/gpu:1'), all_reduce='nccl', cluster_source=None, workers=1, replicas=2)
     """
-    kind = name if isinstance(name, StrategyKind) else choice(StrategyKind, name, "strategy")
+    kind = choice(StrategyKind, name, "strategy")
     environ = os.environ if environ is None else environ
     return _PLANNERS[kind](devices, cluster, nccl, environ)
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable
 from types import ModuleType
 
-from tfopt.errors import InvalidArgumentError
+from tfopt._validate import number
 from tfopt.gpu.nvml import NvmlSession, NvmlState
 from tfopt.gpu.snapshot import GpuSnapshot
 
@@ -55,11 +55,8 @@ class SampleSchedule:
     """
 
     def __init__(self, interval_s: float, clock: Callable[[], float] = time.perf_counter):
-        if not (isinstance(interval_s, (int, float)) and math.isfinite(interval_s) and interval_s > 0):
-            raise InvalidArgumentError(
-                f"interval_s must be a positive number of seconds, got {interval_s!r}"
-            )
-        self.interval_s = float(interval_s)
+        self.interval_s = number(interval_s, "interval_s", low=0.0, open_low=True,
+                                 expected="a positive number of seconds")
         self._clock = clock
         self._next = clock()
         self.missed = 0

@@ -9,6 +9,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 
+# The one integer type of a TFRecord (tf.train.Int64List): values outside it cannot be stored.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
 
 class FeatureKind(str, enum.Enum):
     """The ``tf.train.Feature`` list a value is stored in."""

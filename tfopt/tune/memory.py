@@ -17,6 +17,8 @@ import os
 import threading
 from collections.abc import Callable
 
+from tfopt._system import available_memory
+
 __all__ = ["MemoryProbe", "RssSampler", "default_budget", "resident_bytes"]
 
 RSS_SAMPLE_SECONDS = 0.001  # 1 ms between resident-memory samples during a CPU trial step
@@ -92,12 +94,5 @@ def default_budget(tf) -> int | None:
     """Half of the memory available now on a CPU-only machine; None where there is a GPU."""
     if tf.config.list_logical_devices("GPU"):
         return None
-    try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 // 2
-    except OSError:
-        pass
-    return 2 << 30
+    return available_memory() // 2
 

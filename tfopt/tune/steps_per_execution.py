@@ -104,6 +104,7 @@ def tune_steps_per_execution(model_fn: Callable[[], keras.Model], batch_size: in
     """
     batch_size = whole_number(batch_size, "batch_size", 1)
     image_size = whole_number(image_size, "image_size", 1)
+    seed = whole_number(seed, "seed")
     classes = whole_number(classes, "classes", 2)
     candidates = tuple(whole_number(c, "candidates", 1) for c in candidates)
     if not candidates:

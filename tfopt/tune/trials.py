@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 
+from tfopt._supervisor import Supervisor
 from tfopt._text import human_bytes
 from tfopt.errors import TfoptError
 from tfopt.tune.memory import MemoryProbe
@@ -47,7 +49,7 @@ class InProcessTrials:
         self.budget, self.probe = memory_budget, probe
         self.measured: list[tuple[int, int]] = []  # (batch size, bytes) of trials that fit
         # (batch size, bytes) of every trial measured before a larger one ran, fit or not: with
-        # resident memory the only trustworthy ones (module docstring)
+        # resident memory the only trustworthy ones (docs/tune.md)
         self.clean: list[tuple[int, int]] = []
         self.largest_run = 0
         self.warmed = False
@@ -134,27 +136,35 @@ def isolated_trial(spec: str, model_kwargs: dict, batch_size: int, steps: int,
     # complete allocator statistics on a CPU (docs/tune.md); set before start-up
     env.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "1")
     began = time.perf_counter()
-    try:
-        done = subprocess.run(
+    # a supervised child: killed with this process (kill -9 included), so a trial never keeps
+    # holding the accelerator's memory; Ctrl-C reaches this process, which then kills it
+    with Supervisor(death_signal=signal.SIGKILL, forward_signals=False) as supervisor:
+        process = supervisor.start(
             [sys.executable, "-m", TRIAL_MODULE, TRIAL_FLAG, json.dumps(request)],
-            capture_output=True, text=True, env=env, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return BatchTrial(batch_size, False, None, time.perf_counter() - began,
-                          f"timed out after {timeout:g} s")
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=env)
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            supervisor.stop(signal.SIGKILL)
+            process.communicate()
+            return BatchTrial(batch_size, False, None, time.perf_counter() - began,
+                              f"timed out after {timeout:g} s")
     seconds = time.perf_counter() - began
-    if done.returncode < 0:
+    if process.returncode < 0:
         # killed by a signal: SIGKILL is what the kernel's OOM killer sends
         return BatchTrial(batch_size, False, None, seconds,
-                          f"trial process killed by signal {-done.returncode} (out of memory?)")
+                          f"trial process killed by signal {-process.returncode} "
+                          "(out of memory?)")
     answer = None
-    for line in reversed(done.stdout.splitlines()):
+    for line in reversed(stdout.splitlines()):
         if line.startswith("{"):
             answer = json.loads(line)
             break
-    if done.returncode != 0 or answer is None:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    if process.returncode != 0 or answer is None:
+        last = (stderr.strip().splitlines() or ["no output"])[-1]
         raise TfoptError(f"batch-size trial process for batch {batch_size} failed "
-                         f"(exit code {done.returncode}): {last}")
+                         f"(exit code {process.returncode}): {last}")
     if "error" in answer:
         raise TfoptError(answer["error"])
     return BatchTrial(batch_size, answer["fits"], answer.get("peak_bytes"), seconds,

@@ -24,14 +24,13 @@ import numpy as np
 
 from tfopt.errors import SourceError
 from tfopt.records.manifest import SkippedItem
-from tfopt.records.schema import Encoding, FeatureKind, FeatureSpec
+from tfopt.records.schema import INT64_MAX, INT64_MIN, Encoding, FeatureKind, FeatureSpec
 from tfopt.records.sources import BadItem, ScannedSource, SourceKind
 from tfopt.records.sources.labels import choose_label, labels_from_values
 
 logger = logging.getLogger("tfopt")
 
 
-_INT64 = np.iinfo(np.int64)  # the one integer type of a TFRecord (tf.train.Int64List)
 
 
 def _csv_rows(path: Path, start: int = 0) -> Iterator[tuple[int, int, list[str]]]:
@@ -190,7 +189,7 @@ class _Column:
     def _see_integer(self, line: int, text: str, value: int) -> None:
         """An integer that may be beyond 2**24: float32 may not keep it, nor float64 one
         beyond 2**53, nor int64 one beyond 2**63."""
-        if self.too_large is None and not _INT64.min <= value <= _INT64.max:
+        if self.too_large is None and not INT64_MIN <= value <= INT64_MAX:
             self.too_large = (line, text)
         exact = _float64_holds(value)
         if self.changed is None and not exact:
@@ -206,7 +205,7 @@ class _Column:
             if self.too_large is not None:
                 line_number, text = self.too_large
                 raise SourceError(src, f"line {line_number}: column {name!r} holds {text[:40]}, "
-                                  f"outside int64 ({_INT64.min} to {_INT64.max}), the integer "
+                                  f"outside int64 ({INT64_MIN} to {INT64_MAX}), the integer "
                                   "type a TFRecord stores")
             return "int", FeatureSpec(name, FeatureKind.INT64, "int64", [], Encoding.VALUES)
         if self.is_float:

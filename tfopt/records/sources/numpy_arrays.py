@@ -25,14 +25,13 @@ import numpy as np
 
 from tfopt.errors import SourceError
 from tfopt.records.manifest import SkippedItem
-from tfopt.records.schema import Encoding, FeatureKind, FeatureSpec
+from tfopt.records.schema import INT64_MAX, Encoding, FeatureKind, FeatureSpec
 from tfopt.records.sources import ScannedSource, SourceKind
 from tfopt.records.sources.labels import choose_label, labels_from_values
 
 logger = logging.getLogger("tfopt")
 
 
-_INT64 = np.iinfo(np.int64)  # the one integer type of a TFRecord (tf.train.Int64List)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,14 +174,14 @@ def _check_uint64(ref: _ArrayRef, where: str) -> None:
     array = _load_array(ref)
     per_row = max(1, math.prod(ref.shape[1:]))
     rows = max(1, _UINT64_CHUNK // per_row)
-    limit = np.uint64(_INT64.max)
+    limit = np.uint64(INT64_MAX)
     for start in range(0, ref.shape[0], rows):
         beyond = (np.asarray(array[start:start + rows]) > limit).reshape(-1, per_row).any(axis=1)
         if beyond.any():
             row = start + int(np.argmax(beyond))
             value = int(np.asarray(array[row]).max())
             raise SourceError(where, f"uint64 value {value} (row {row}) is beyond int64 (at most "
-                              f"{_INT64.max}), the largest integer a TFRecord stores; save IDs "
+                              f"{INT64_MAX}), the largest integer a TFRecord stores; save IDs "
                               "or hashes as x.view(np.int64) (same bits, reversible), "
                               "magnitudes as x.astype(np.float64)")
 
