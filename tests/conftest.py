@@ -24,6 +24,18 @@ def tf():
     return import_tensorflow()
 
 
+@pytest.fixture
+def float32_policy():
+    """Keras's global precision policy at float32 for the test, and back to it after."""
+    import keras
+
+    keras.mixed_precision.set_global_policy("float32")
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
 def encode_jpeg(pixels: np.ndarray, quality: int = 90) -> bytes:
     from tfopt._tf import import_tensorflow
 

@@ -274,6 +274,19 @@ def test_a_second_signal_kills_a_child_that_ignores_the_first():
 # -- death of the parent ------------------------------------------------------------------------
 
 
+def assert_child_dies_with_killed_parent(code: str) -> None:
+    """Run ``code`` as a parent that prints its child's pid, SIGKILL the parent, and wait for
+    the child to go: nothing in a SIGKILLed parent can stop it, only the parent-death signal."""
+    parent = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        pid = pid_and_ready(parent.stdout)  # the child is up, its handlers set
+        parent.kill()
+        parent.wait(timeout=TIMEOUT)
+        assert wait_until(lambda: is_gone(pid)), f"child {pid} outlived its parent"
+    finally:
+        parent.kill()
+
+
 @linux_only
 @pytest.mark.parametrize("death_signal, child", [(signal.SIGTERM, SLEEPER),
                                                  (signal.SIGKILL, IGNORES_SIGTERM)])
@@ -288,14 +301,7 @@ def test_a_child_dies_when_its_parent_is_killed(death_signal, child):
         print(process.pid, flush=True)
         time.sleep(60)
     """)
-    parent = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        pid = pid_and_ready(parent.stdout)  # the child is up, its handlers set
-        parent.kill()
-        parent.wait(timeout=TIMEOUT)
-        assert wait_until(lambda: is_gone(pid)), f"child {pid} outlived its parent"
-    finally:
-        parent.kill()
+    assert_child_dies_with_killed_parent(code)
 
 
 @linux_only
@@ -309,14 +315,7 @@ def test_die_with_parent_serves_children_started_elsewhere():
         print(process.pid, flush=True)
         time.sleep(60)
     """)
-    parent = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        pid = pid_and_ready(parent.stdout)
-        parent.kill()
-        parent.wait(timeout=TIMEOUT)
-        assert wait_until(lambda: is_gone(pid)), f"child {pid} outlived its parent"
-    finally:
-        parent.kill()
+    assert_child_dies_with_killed_parent(code)
 
 
 @linux_only

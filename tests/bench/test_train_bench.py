@@ -22,15 +22,6 @@ def shards(tmp_path_factory):
                             min_size=48, max_size=64, shards=2, val_fraction=0.25)
 
 
-@pytest.fixture
-def float32_policy():
-    import keras
-
-    keras.mixed_precision.set_global_policy("float32")
-    yield
-    keras.mixed_precision.set_global_policy("float32")
-
-
 def test_both_methods_alternate_with_rates_ratios_and_accuracies(shards, float32_policy):
     import keras
 

@@ -5,15 +5,6 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.fixture
-def float32_policy():
-    import keras
-
-    keras.mixed_precision.set_global_policy("float32")
-    yield
-    keras.mixed_precision.set_global_policy("float32")
-
-
 def test_steps_per_execution_trial_picks_a_candidate(float32_policy):
     from tfopt.models import build_model
     from tfopt.tune.steps_per_execution import tune_steps_per_execution
