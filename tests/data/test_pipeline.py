@@ -373,3 +373,31 @@ def test_a_malformed_tf_config_is_named_instead_of_meaning_one_worker(indexed_pn
     monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["localhost:1"]')
     with pytest.raises(tfopt.InvalidArgumentError, match="TF_CONFIG"):
         tfopt.PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24)
+
+
+def test_camera_photos_are_cached_reduced_and_still_shuffled_within_the_stream(tmp_path):
+    """8 JPEGs of 4000x3000 px in one shard, one class each (the label names the record): with
+    the cache on, decoded images go in at 1/8 scale and the shuffle buffer holds all 8. Sized
+    from full-size images (36 MB each) it held one, and records came in the stored order."""
+    from conftest import read_examples
+
+    height, width = 3000, 4000
+    ramp = np.linspace(0, 255, width, dtype=np.float32)[None, :, None]
+    for index in range(8):
+        folder = tmp_path / "photos" / f"class{index}"
+        folder.mkdir(parents=True)
+        # smooth content: a 12-megapixel JPEG of a few hundred KB
+        pixels = np.broadcast_to((ramp + 29 * index) % 256, (height, width, 3)).astype(np.uint8)
+        (folder / "photo.jpg").write_bytes(encode_jpeg(pixels, quality=80))
+    tfopt.convert(tmp_path / "photos", tmp_path / "shards", workers=1, shards=1)
+    stored = [int(example.features.feature["image/class/label"].int64_list.value[0])
+              for example in read_examples(tmp_path / "shards")]
+
+    builder = PipelineBuilder(tmp_path / "shards", batch_size=8, image_size=224,
+                              training=True, cache=True, seed=1)
+    assert builder.plan.decode.ratio == 8 and builder.plan.shuffle_elements >= 8
+    assert builder.plan.cache_estimate_bytes == 8 * (width // 8) * (height // 8) * 3
+    batches = builder.build().take(3)  # three epochs of one batch: the first fills the cache
+    orders = [labels.numpy().tolist() for _, labels in batches]
+    assert all(sorted(order) == sorted(stored) for order in orders)  # each record once
+    assert any(order != stored for order in orders)  # mixed within the stream

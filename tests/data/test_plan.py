@@ -223,3 +223,32 @@ def test_choices_render_the_plan():
     one = PipelineChoices.of(plan(train(), dataclasses.replace(IMAGES, files=1)))
     assert one.auto_shard == "DATA when run by several workers (one shard)"
     assert one.prefetch == "autotuned, in host memory"
+
+
+# 360 camera photos (issue: 2000-4000 px), 3,000x2,250 on average, the smallest 2,000 px on its
+# shorter side, 1.5 MB each, on a machine with 23 GiB available
+PHOTOS = Facts(files=6, records=360, total_bytes=360 * 1_500_000,
+               mean_record_bytes=1_500_000.0, image_key="image/encoded", label_key="label",
+               image_encoding="jpeg", mean_image_pixels=3000 * 2250, min_image_side=2000,
+               available_memory=23 << 30, usable_cores=2)
+
+
+def test_camera_photos_are_cached_at_the_scale_they_are_decoded_for_the_cache():
+    resolved = plan(train(), PHOTOS)
+    # decoded for the cache at 1/4 scale (2,000 / 4 = 500 px keeps the 256-px crop margin;
+    # 1/8 would not): 750x562 px, 16 times less than the 7.3 GB of full-size images
+    assert resolved.decode.ratio == 4
+    assert resolved.cache is CacheMode.DECODED
+    assert resolved.cache_estimate_bytes == int(360 * 3000 * 2250 / 16 * 3)
+    assert not any("not cached" in note for note in resolved.notes)
+    # the shuffle buffer holds the reduced images too: 32 MiB of them, not one full-size photo
+    assert resolved.shuffle_elements == (32 << 20) // int(3000 * 2250 / 16 * 3) == 26
+    # asked for the cache: the same sizing (it gave "1 elements" from the full-size estimate)
+    assert plan(train(cache=True), PHOTOS).shuffle_elements == 26
+
+
+def test_photos_that_are_not_jpegs_are_cached_at_full_size():
+    pngs = dataclasses.replace(PHOTOS, image_encoding="png")
+    resolved = plan(train(ram_budget=64 << 30), pngs)
+    assert resolved.decode.ratio == 1
+    assert resolved.cache_estimate_bytes == 360 * 3000 * 2250 * 3

@@ -374,8 +374,8 @@ def _choose_cache(config: PipelineConfig, facts: Facts, target, random_crop: boo
         best, estimate = CacheMode.ENCODED, facts.total_bytes
     elif random_crop:
         best = CacheMode.DECODED
-        estimate = (int(records * facts.mean_image_pixels * 3)
-                    if records and facts.mean_image_pixels else None)
+        per_image = cached_image_bytes(facts, target)
+        estimate = int(records * per_image) if records and per_image else None
     else:
         best = CacheMode.FINAL
         estimate = records * target[0] * target[1] * 3 if records else None
@@ -396,10 +396,26 @@ def _choose_cache(config: PipelineConfig, facts: Facts, target, random_crop: boo
     return CacheMode.NONE, estimate
 
 
+def cached_image_bytes(facts: Facts, target: tuple[int, int]) -> float | None:
+    """Mean bytes of one decoded image in a training cache, at the scale it is decoded for it.
+
+    JPEGs go into the cache at the largest reduced scale that keeps the crop margin
+    (:func:`choose_decode`): camera photos of 3,000 px for a 224-px model are decoded at 1/8
+    or 1/4 scale, 64 or 16 times less memory than at full size, and the cache and the shuffle
+    buffer are sized from what they will hold. None when the image sizes are unknown.
+    """
+    if not facts.mean_image_pixels:
+        return None
+    side = cache_side(target)
+    ratio = (reduction_ratio(facts.min_image_side, (side, side))
+             if facts.image_encoding == "jpeg" else 1)
+    return facts.mean_image_pixels / (ratio * ratio) * 3
+
+
 def _element_bytes(facts: Facts, cache: CacheMode, target) -> float:
     """Estimated bytes of one element where the shuffle buffer sits."""
     if cache is CacheMode.DECODED and facts.mean_image_pixels:
-        return facts.mean_image_pixels * 3
+        return cached_image_bytes(facts, target)
     if cache is CacheMode.FINAL and target is not None:
         return target[0] * target[1] * 3
     return facts.mean_record_bytes
