@@ -20,6 +20,7 @@ from tfopt.data.plan import (
     Prefetch,
     Sharding,
     choose_decode,
+    estimate_records,
     plan,
     records_per_block,
 )
@@ -81,11 +82,29 @@ def test_ram_budget_defaults_to_half_the_available_memory_and_feeds_the_autotune
 
 
 def test_a_manifest_less_image_source_caches_its_records():
+    # without an estimate (GZIP files: their size says nothing of the record count)
     unknown = dataclasses.replace(IMAGES, records=None)
     resolved = plan(train(), unknown)
     assert resolved.cache is CacheMode.ENCODED
     assert "its size is unknown without a manifest" in resolved.notes[0]
     assert resolved.steps_per_epoch is None and not resolved.known_length
+
+
+def test_a_manifest_less_image_source_is_planned_from_its_estimated_record_count():
+    estimated = dataclasses.replace(IMAGES, records=None, estimated_records=990)
+    resolved = plan(train(), estimated)
+    assert resolved.cache is CacheMode.DECODED  # as for tfopt's own shards
+    assert resolved.cache_estimate_bytes == 990 * 500 * 400 * 3
+    assert "about 990 records, estimated from the file sizes" in resolved.notes[0]
+    # the estimate sizes the cache, never the epoch
+    assert resolved.steps_per_epoch is None and not resolved.known_length
+    assert plan(evaluation(), estimated).cache is CacheMode.FINAL
+
+
+def test_the_record_estimate_counts_the_framing_and_skips_compressed_files():
+    assert estimate_records(116_000 * 1000, 116_000 - 16, compressed=False) == 1000
+    assert estimate_records(1 << 30, 50_000.0, compressed=True) is None
+    assert estimate_records(1 << 30, None, compressed=False) is None
 
 
 def test_shuffle_buffer_is_the_shuffle_bytes_over_the_element_size():

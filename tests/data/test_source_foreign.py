@@ -11,6 +11,7 @@ from conftest import feature_of, write_examples
 
 import tfopt
 from tfopt.data.pipeline import PipelineBuilder
+from tfopt.data.plan import CacheMode
 from tfopt.data.source import resolve_source
 
 
@@ -132,3 +133,37 @@ def test_a_folder_without_manifest_is_refused_with_the_glob_to_use(tmp_path, tf)
     assert f"'{folder}/*.tfrecord'" in "\n".join(inspected.notes)
     _, batches = read_all(f"{folder}/*.tfrecord")
     assert sum(len(y) for _, y in batches) == inspected.num_records == 10
+
+
+def model_garden_shards(folder, tf, files=4, per_file=25, side=64, compression=""):
+    """TFRecords as Model Garden writes them: image/encoded, image/class/label, height, width;
+    no manifest."""
+    from conftest import encode_jpeg, random_pixels
+
+    folder.mkdir()
+    for index in range(files):
+        rows = [{"image/encoded": encode_jpeg(random_pixels(index * per_file + row, side, side)),
+                 "image/class/label": [(index * per_file + row) % 5], "image/height": [side],
+                 "image/width": [side]} for row in range(per_file)]
+        write_examples(folder / f"train-{index:05d}-of-{files:05d}", rows, tf, compression)
+    return str(folder / "train-*")
+
+
+def test_foreign_shards_get_the_decoded_cache_from_an_estimated_record_count(tmp_path, tf):
+    pattern = model_garden_shards(tmp_path / "garden", tf)
+    builder = PipelineBuilder(pattern, batch_size=10, image_size=32, training=True)
+    assert builder.facts.records is None  # no manifest: no exact count
+    assert abs(builder.facts.estimated_records - 100) <= 5
+    assert builder.plan.cache is CacheMode.DECODED  # the plan tfopt's own shards get
+    assert any("estimated from the file sizes" in note for note in builder.choices.notes)
+    assert builder.steps_per_epoch is None  # the estimate never sizes an epoch
+    labels = [int(label) for _, batch in builder.build().take(20) for label in batch.numpy()]
+    assert sorted(labels[:100]) == sorted(row % 5 for row in range(100))  # one epoch, cached
+
+
+def test_gzip_foreign_shards_are_not_estimated(tmp_path, tf):
+    pattern = model_garden_shards(tmp_path / "garden", tf, files=2, per_file=5,
+                                  compression="GZIP")
+    builder = PipelineBuilder(pattern, batch_size=5, image_size=32, training=True)
+    assert builder.facts.estimated_records is None
+    assert builder.plan.cache is not CacheMode.DECODED

@@ -37,6 +37,7 @@ from tfopt.data.plan import (
     PipelinePlan,
     Prefetch,
     Sharding,
+    estimate_records,
     plan,
 )
 from tfopt.data.source import ParsedFeature, PipelineSource, resolve_source
@@ -87,6 +88,8 @@ def read_facts(source: PipelineSource) -> Facts:
         workers=cluster.workers,
         worker_index=cluster.index,
         gpus=len(tf.config.list_logical_devices("GPU")),
+        estimated_records=(None if source.num_records is not None else estimate_records(
+            source.num_bytes, source.sampled_record_bytes, source.compression is not None)),
     )
 
 

@@ -136,6 +136,9 @@ class Facts:
         worker_index: This process's place among them; None for an evaluator or without a
             cluster. Defaults to None.
         gpus: Visible GPUs. Defaults to 0.
+        estimated_records: Without a manifest: the records the files probably hold, from their
+            sizes and the sampled records' mean size (not for GZIP files, whose sizes say
+            nothing of that). It sizes caches and buffers, never the epoch. Defaults to None.
     """
 
     files: int
@@ -154,6 +157,20 @@ class Facts:
     workers: int = 1
     worker_index: int | None = None
     gpus: int = 0
+    estimated_records: int | None = None
+
+
+# Bytes of TFRecord framing around each record: length (8), its CRC (4), the data's CRC (4).
+RECORD_FRAMING_BYTES = 16
+
+
+def estimate_records(total_bytes: int, mean_record_bytes: float | None,
+                     compressed: bool) -> int | None:
+    """Records in uncompressed TFRecord files of ``total_bytes``, from a sample's mean record
+    size; None for compressed files or without a sample."""
+    if compressed or not mean_record_bytes:
+        return None
+    return max(1, round(total_bytes / (mean_record_bytes + RECORD_FRAMING_BYTES)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -369,6 +386,12 @@ def _target(config: PipelineConfig, facts: Facts) -> tuple[int, int] | None:
 def _choose_cache(config: PipelineConfig, facts: Facts, target, random_crop: bool,
                   ram_budget: int, notes: list[str]) -> tuple[CacheMode, int | None]:
     records = facts.records
+    if records is None and facts.estimated_records and target is not None:
+        # no manifest: size the cache from an estimate rather than refuse it, and say so
+        records = facts.estimated_records
+        notes.append(f"no manifest: about {records:,} records, estimated from the file sizes "
+                     f"and the sampled records' mean size ({facts.mean_record_bytes:,.0f} "
+                     "bytes); the cache is sized from that estimate")
     if target is None:
         # parsing is cheap and vectorised: cache the records, shuffle after the cache
         best, estimate = CacheMode.ENCODED, facts.total_bytes
