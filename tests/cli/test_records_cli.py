@@ -82,3 +82,31 @@ def test_python_dash_m_tfopt_runs():
     result = subprocess.run([sys.executable, "-m", "tfopt", "--version"], capture_output=True,
                             text=True, check=True)
     assert "tfopt, version" in result.stdout
+
+
+def test_skipped_items_are_named_and_the_manifest_lists_them_all(tmp_path):
+    images = make_image_folder(tmp_path / "images", per_class=2)
+    for index in range(7):
+        (images / "cat" / f"broken-{index}.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+    result = CliRunner().invoke(cli, ["convert", str(images), str(tmp_path / "out"),
+                                      "--on-error", "skip", "--workers", "1", "-q"])
+    assert result.exit_code == 0, result.output
+    named = [line for line in result.stderr.splitlines() if line.startswith("skipped: ")]
+    assert len(named) == 6  # five items, then where all of them are
+    assert "broken-0.jpg" in named[0]
+    assert named[-1].startswith("skipped: the other 2 and these are listed") and (
+        "manifest.json" in named[-1])
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert len(manifest["skipped"]) == 7
+
+
+def test_inspect_says_when_it_leaves_out_the_per_file_table(tmp_path):
+    from conftest import small_image_dataset
+
+    out = small_image_dataset(tmp_path, per_class=8, shards=24)
+    shown = run("inspect", out)
+    assert shown.exit_code == 0, shown.output
+    files = len(list(out.glob("train-*")))
+    assert files > 20
+    assert f"{files:,} files: the per-file table is shown for up to 20; --json lists every " \
+        "file" in shown.output

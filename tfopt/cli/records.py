@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from tfopt.cli._common import ByteSize, echo_json, human_bytes, needs_tensorflow, table
+from tfopt.records.manifest import MANIFEST_NAME
 
 _INT64_MAX = (1 << 63) - 1  # TensorFlow's take() counts records in int64
+_SKIPPED_SHOWN = 5  # skipped items named on the terminal; the manifest lists every one
 _quiet = click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 _json = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
 
@@ -98,6 +102,14 @@ def convert(src, dst, quiet, as_json, **options):
     click.echo(table(rows, ["split", "records", "shards", "bytes"]))
     click.echo(f"{summary['seconds']:.1f} s, {summary['records_per_second']:,.0f} records/s"
                f"; skipped {summary['skipped']}; resumed shards {summary['resumed_shards']}")
+    skipped = result.manifest.skipped
+    for item in skipped[:_SKIPPED_SHOWN]:
+        click.echo(f"skipped: {item.path}: {item.reason}", err=True)
+    if skipped:
+        more = (f"the other {len(skipped) - _SKIPPED_SHOWN:,} and these"
+                if len(skipped) > _SKIPPED_SHOWN else "each")
+        click.echo(f"skipped: {more} are listed with the reason under \"skipped\" in "
+                   f"{Path(result.path) / MANIFEST_NAME}", err=True)
     click.echo(f"dataset: {result.path}")
 
 

@@ -37,6 +37,8 @@ from tfopt.records.format.tfrecord import (
 from tfopt.records.manifest import Manifest
 from tfopt.records.schema import Encoding
 
+_FILES_SHOWN = 20  # a per-file table longer than this buries the schema; --json has them all
+
 
 @dataclasses.dataclass(frozen=True)
 class FileInfo:
@@ -133,11 +135,14 @@ class InspectResult:
             rows.append([feature.name, kind, length, detail])
         lines.append(f"schema (from {self.sampled:,} records):")
         lines.append(table(rows, ["feature", "type", "length", "content"], align="llrl"))
-        if len(self.files) <= 20:
+        if len(self.files) <= _FILES_SHOWN:
             file_rows = [[Path(info.path).name, human_bytes(info.num_bytes),
                           "-" if info.num_records is None else f"{info.num_records:,}"]
                          for info in self.files]
             lines.append(table(file_rows, ["file", "bytes", "records"]))
+        else:
+            lines.append(f"{len(self.files):,} files: the per-file table is shown for up to "
+                         f"{_FILES_SHOWN}; --json lists every file")
         lines.extend(f"note: {note}" for note in self.notes)
         return "\n".join(lines)
 
