@@ -82,6 +82,21 @@ def test_the_policy_is_restored_to_what_it_was(shards, float32_policy):
                for run in result.runs)
 
 
+def test_a_short_run_skips_the_trial_and_says_what_one_epoch_measures(shards, float32_policy):
+    from tfopt.bench.train import SPE_TRIAL_COST_STEPS, TrainBenchSettings, run_train_bench
+
+    lines = []
+    settings = TrainBenchSettings(shards, model="mlp", image_size=32, batch_size=8, epochs=1,
+                                  repeats=1, policy="float32", max_steps=3)
+    report = run_train_bench(settings, progress=lines.append)
+    # 3 steps in all against a trial of ~190: not worth it
+    assert report.spe_trial == {} and report.results["tfopt"].steps_per_execution == 1
+    assert any(f"fewer than the trial's {SPE_TRIAL_COST_STEPS}" in line for line in lines)
+    text = report.describe()
+    assert "after epoch 1" not in text
+    assert "in the one epoch (compile and cache fill included" in text
+
+
 def test_settings_are_validated():
     from tfopt.bench.train import TrainBenchSettings
 

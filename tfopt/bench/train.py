@@ -43,6 +43,8 @@ from tfopt.train.precision import choose_policy, enable_policy
 from tfopt.tune.steps_per_execution import (
     SPE_CANDIDATES,
     SPE_TOLERANCE,
+    SPE_TRIAL_ROUNDS,
+    SPE_TRIAL_STEPS,
     EpochClock,
     quiet_fit_warnings,
     tune_steps_per_execution,
@@ -60,6 +62,11 @@ __all__ = [
 ]
 
 METHODS = ("baseline", "tfopt")
+# Steps the steps_per_execution trial runs: per candidate, one untimed call and three timed
+# passes of 16 steps (SPE_TRIAL_STEPS, SPE_TRIAL_ROUNDS), for the three candidates.
+SPE_TRIAL_COST_STEPS = len(SPE_CANDIDATES) * (SPE_TRIAL_ROUNDS + 1) * SPE_TRIAL_STEPS
+SWEEP_EPOCHS = 2
+SWEEP_MIN_STEPS = 10  # per epoch: fewer, and a sweep point is a handful of step times
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,10 +81,12 @@ class TrainBenchSettings:
         batch_size: Examples per step for the comparison. Defaults to 64.
         epochs: Epochs per run (the same for both methods). Defaults to 2.
         repeats: Runs per method, alternating. Defaults to 2.
-        batch_sizes: Batch sizes for tfopt's throughput sweep (one run of ``min(epochs, 2)``
-            epochs each; the last epoch counts). Defaults to () (no sweep).
+        batch_sizes: Batch sizes for tfopt's throughput sweep (one run of two epochs each; the
+            second counts: the first compiles the model). Defaults to () (no sweep).
         steps_per_execution: tfopt's ``steps_per_execution``. Defaults to None: tuned by a
-            trial of ``SPE_CANDIDATES`` (:mod:`tfopt.tune.steps_per_execution`).
+            trial of ``SPE_CANDIDATES`` (:mod:`tfopt.tune.steps_per_execution`), or 1 when
+            the whole comparison is shorter than the trial (``max_steps``), which it could not
+            pay back.
         policy: tfopt's precision policy name. Defaults to None: ``choose_policy()``.
         seed: Weights, shuffling and trial data. Defaults to 0.
         max_steps: Cap on steps per epoch for both methods (quick runs). Defaults to None.
@@ -257,12 +266,14 @@ class TrainBenchReport:
 
     def describe(self) -> str:
         s = self.settings
+        # with one epoch, the steady column is that epoch, compile and cache fill included
+        steady_label = "after epoch 1" if s.epochs > 1 else "(1 epoch)    "
         lines = [
             f"training benchmark: {s.model} at {s.image_size}x{s.image_size}, batch "
             f"{s.batch_size}, {s.epochs} epoch(s) of {self.examples_per_epoch} examples, median "
             f"of {s.repeats} alternating run(s), {self.cores} cores (load {self.load_average:.2f} "
             f"at start); source {s.source}",
-            "method     ex/s after epoch 1 (spread)   epoch 1 ex/s (spread)   whole fit   "
+            f"method     ex/s {steady_label} (spread)   epoch 1 ex/s (spread)   whole fit   "
             f"input-bound   {self.eval_split} accuracy (spread)",
         ]
         for name, result in self.results.items():
@@ -275,9 +286,14 @@ class TrainBenchReport:
                 f"   {result.median('overall_rate'):8.1f}   "
                 f"{_percent(result.median('steady_input_bound')):>11s}   "
                 f"{result.median('val_accuracy'):.3f} ({acc_low:.3f}-{acc_high:.3f})")
-        lines.append(f"tfopt/baseline: {self.ratio():.2f}x after epoch 1, "
-                     f"{self.ratio('first_epoch_rate'):.2f}x in epoch 1 (compile and cache fill "
-                     f"included), {self.ratio('overall_rate'):.2f}x over the whole fit")
+        if s.epochs > 1:
+            lines.append(f"tfopt/baseline: {self.ratio():.2f}x after epoch 1, "
+                         f"{self.ratio('first_epoch_rate'):.2f}x in epoch 1 (compile and cache "
+                         f"fill included), {self.ratio('overall_rate'):.2f}x over the whole fit")
+        else:
+            lines.append(f"tfopt/baseline: {self.ratio('first_epoch_rate'):.2f}x in the one "
+                         "epoch (compile and cache fill included; --epochs 3 shows the rate "
+                         "after them)")
         for name, result in self.results.items():
             lines.append(f"{name}: policy {result.policy}, steps_per_execution "
                          f"{result.steps_per_execution}, batch norm {result.batch_norm}, "
@@ -429,6 +445,14 @@ def run_train_bench(settings: TrainBenchSettings,
 
     trial: dict[int, float] = {}
     spe = settings.steps_per_execution
+    fit_steps = (settings.max_steps * settings.epochs * settings.repeats
+                 if settings.max_steps else None)
+    if spe is None and fit_steps is not None and fit_steps < SPE_TRIAL_COST_STEPS:
+        # the trial runs about SPE_TRIAL_COST_STEPS steps (and compiles a model per
+        # candidate): more than tfopt's whole share of so short a comparison
+        spe = 1
+        say(f"steps_per_execution 1, no trial: tfopt's runs take {fit_steps} steps in all, "
+            f"fewer than the trial's {SPE_TRIAL_COST_STEPS} (give --steps-per-execution)")
     if spe is None:
         say(f"steps_per_execution trial of {', '.join(map(str, SPE_CANDIDATES))} ...")
         with enable_policy(policy):
@@ -453,8 +477,12 @@ def run_train_bench(settings: TrainBenchSettings,
                 + f", {eval_split} accuracy {result.val_accuracy:.3f}")
 
     sweep: dict[int, float] = {}
+    if settings.batch_sizes and settings.max_steps and settings.max_steps < SWEEP_MIN_STEPS:
+        logger.warning("the batch-size sweep times epochs of %d steps (--max-steps): fewer "
+                       "than %d make its figures noisy", settings.max_steps, SWEEP_MIN_STEPS)
     for size in settings.batch_sizes:
-        result = _train_once(ctx, "tfopt", size, min(settings.epochs, 2), evaluate=False)
+        # two epochs: the first compiles the model for this batch size, the second counts
+        result = _train_once(ctx, "tfopt", size, SWEEP_EPOCHS, evaluate=False)
         sweep[size] = result.epoch_rates[-1]
         say(f"sweep batch {size}: {sweep[size]:.1f} examples/s")
 
