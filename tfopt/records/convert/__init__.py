@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import statistics
 import time
 from pathlib import Path
 
@@ -39,6 +40,7 @@ from tfopt.records.disk_space import is_disk_full, require_space_for_images
 from tfopt.records.manifest import JOURNAL_NAME, Manifest, ShardInfo, SplitInfo, write_manifest
 from tfopt.records.schema import Encoding
 from tfopt.records.sources import ScannedSource, SourceKind, detect_kind, scan_source
+from tfopt.records.sources.images import sampled_image_sides
 from tfopt.records.writer import Cancelled
 
 __all__ = ["convert", "ConvertOptions", "ConvertResult"]
@@ -92,6 +94,7 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
     workers = options.workers if options.workers is not None else usable_cores()
     scanned = scan_source(src, kind, label=options.label, skip_bad=skip_bad,
                           max_size=options.max_size, quality=options.quality, check=options.check)
+    _advise_max_size(scanned, options)
     tasks = plan_shards(scanned, options)
     fingerprint = plan_fingerprint(scanned, options, tasks)
     output = prepare_output(dst, options)
@@ -144,6 +147,34 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
         return ConvertResult(dst, manifest, time.perf_counter() - started, resumed)
     finally:
         output.release()  # the output or staging folder's lock
+
+
+# Images whose median shorter side is at least this are far larger than what models train on
+# (224-384 px): each is decoded whole every epoch, or at best at 1/8 scale.
+LARGE_IMAGE_SIDE = 1024
+# above the largest common training size with the pipeline's crop margin: 384 x 256/224 = 439
+SUGGESTED_MAX_SIZE = 512
+
+
+def _advise_max_size(scanned: ScannedSource, options: ConvertOptions) -> None:
+    """Warn when images are stored as they are and are far larger than training sizes."""
+    if scanned.kind is not SourceKind.IMAGES or options.max_size is not None:
+        return
+    sides = sampled_image_sides(scanned)
+    if not sides:
+        return
+    shorter = statistics.median(side for side, _ in sides)
+    longer = statistics.median(side for _, side in sides)
+    if shorter < LARGE_IMAGE_SIDE:
+        return
+    fewer = (longer / SUGGESTED_MAX_SIZE) ** 2
+    logger.warning(
+        "%s: the images are stored as they are, %d x %d px (median of %d sampled); a model "
+        "trained at 224-384 px decodes each of them whole every epoch (or at 1/8 scale at "
+        "best). Converting with --max-size %d stores every side at most %d px: about %.0fx "
+        "fewer pixels per image to decode, and fewer bytes to read",
+        scanned.path, longer, shorter, len(sides), SUGGESTED_MAX_SIZE, SUGGESTED_MAX_SIZE,
+        fewer)
 
 
 def _check_space(scanned: ScannedSource, options: ConvertOptions, tasks, todo, work) -> None:

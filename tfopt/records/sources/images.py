@@ -122,6 +122,30 @@ def scan_images(src: Path, *, label, skip_bad, max_size, quality, check) -> Scan
     )
 
 
+# Bytes read from the start of a file to find its size: JPEG headers (EXIF thumbnails, ICC
+# profiles) come before the frame header and can run to tens of KB.
+_HEADER_BYTES = 256 << 10
+
+
+def sampled_image_sides(scanned: ScannedSource, samples: int = 32) -> list[tuple[int, int]]:
+    """``(shorter, longer)`` sides of up to ``samples`` images spread over the source, read
+    from their headers (unreadable ones are left out: the conversion reports those)."""
+    root = Path(scanned.path)
+    step = max(1, len(scanned.items) // samples)
+    sides = []
+    for relative, _ in scanned.items[::step][:samples]:
+        path = root / relative
+        if not path.is_file():  # a FIFO would block open()
+            continue
+        try:
+            with open(path, "rb") as handle:
+                height, width = image_size(handle.read(_HEADER_BYTES))
+        except (OSError, ValueError):
+            continue
+        sides.append((min(height, width), max(height, width)))
+    return sides
+
+
 def image_reader(config: dict):
     import tensorflow as tf  # only worker processes decode
 
