@@ -78,7 +78,7 @@ def train(shards: Path, work: Path, epochs: int) -> dict:
         #    backups: BackupAndRestore plus the best model by val_loss
         gpu = bool(tf.config.list_physical_devices("GPU"))
         callbacks = [
-            *tfopt.training_callbacks(global_batch, probe, gpu=gpu),
+            *tfopt.training_callbacks(global_batch, probe, gpu=gpu, pipeline=train_data),
             *tfopt.backup_callbacks(work / "checkpoints"),
             keras.callbacks.CSVLogger(str(work / "history.csv")),
         ]

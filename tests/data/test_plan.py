@@ -23,6 +23,7 @@ from tfopt.data.plan import (
     estimate_records,
     plan,
     records_per_block,
+    stall_advice,
 )
 from tfopt.errors import InvalidArgumentError
 
@@ -271,3 +272,17 @@ def test_photos_that_are_not_jpegs_are_cached_at_full_size():
     resolved = plan(train(ram_budget=64 << 30), pngs)
     assert resolved.decode.ratio == 1
     assert resolved.cache_estimate_bytes == 360 * 3000 * 2250 * 3
+
+
+def test_stall_advice_names_the_decode_the_cache_decision_and_the_stored_size():
+    # full-size photos that do not fit a small budget: no decoded cache, and large images
+    tight = plan(train(ram_budget=200 * MIB), PHOTOS)
+    advice = stall_advice(tight, PHOTOS)
+    assert "decoding is the costly stage here" in advice
+    assert "not cached: " in advice and "ram_budget" in advice
+    assert "for a 224-px model (shorter sides of 2000 px and more, 6.8 megapixels" in advice
+    assert "'tfopt convert --max-size 512'" in advice
+    # images near the model's size, cached: no size advice, the cache named as it is
+    cached = stall_advice(plan(train(), IMAGES), IMAGES)
+    assert "--max-size" not in cached and "the decoded data is cached" in cached
+    assert "the cache is off" in stall_advice(plan(train(cache=False), IMAGES), IMAGES)

@@ -268,3 +268,21 @@ def test_under_mirrored_strategy_batch_is_global(tmp_path):
     h = out["history"]
     assert h["examples_per_second"][0] == pytest.approx(32 * h["steps_per_second"][0])
     assert 0 <= h["input_bound_percent"][0] <= 100
+
+
+def test_an_input_bound_epoch_of_a_tfopt_pipeline_gets_advice_from_its_plan(tf, tmp_path,
+                                                                            caplog):
+    from conftest import small_image_dataset
+
+    import tfopt
+
+    builder = tfopt.PipelineBuilder(small_image_dataset(tmp_path), batch_size=4,
+                                    image_size=16, training=True, cache=False)
+    probe = InputProbe()
+    stall = InputStallCallback(probe, warmup_steps=2, pipeline=builder)
+    with caplog.at_level(logging.INFO, logger="tfopt"):
+        model().fit(probe.instrument(slow_dataset(tf)), epochs=1, verbose=0, callbacks=[stall])
+    assert stall.last_kind is InputBound.HIGH
+    (line,) = [r.message for r in caplog.records if "highly input-bound" in r.message]
+    assert builder.stall_advice() in line and "the cache is off" in line
+    assert "tfopt.build_pipeline" not in line  # not the generic line for tfopt's own pipeline

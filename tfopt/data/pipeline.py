@@ -39,6 +39,7 @@ from tfopt.data.plan import (
     Sharding,
     estimate_records,
     plan,
+    stall_advice,
 )
 from tfopt.data.source import ParsedFeature, PipelineSource, resolve_source
 from tfopt.distribute.cluster import cluster_info
@@ -154,6 +155,11 @@ class PipelineBuilder:
     def steps_per_epoch(self) -> int | None:
         """Batches in one pass over the records (None when the record count is unknown)."""
         return self.plan.steps_per_epoch
+
+    def stall_advice(self) -> str:
+        """What to do when training on this pipeline is input-bound (the input-stall
+        callback's advice): its costly stage, its cache decision, the stored images' size."""
+        return stall_advice(self.plan, self.facts)
 
     # -- the pipeline -----------------------------------------------------------------------
 

@@ -444,6 +444,47 @@ def _element_bytes(facts: Facts, cache: CacheMode, target) -> float:
     return facts.mean_record_bytes
 
 
+# Stored images whose shorter side is at least this many times the model's input are the lever
+# against a decode-bound pipeline: they are decoded at 1/8 scale at best, and often whole.
+LARGE_IMAGE_FACTOR = 4
+SUGGESTED_MAX_SIZE = 512  # as `tfopt convert` suggests: above 384 px x the 256/224 crop margin
+
+
+def stall_advice(plan_: PipelinePlan, facts: Facts) -> str:
+    """What to do about an input-bound epoch of this pipeline, from what its plan knows: the
+    stage that costs most (decoding, for images), why the cache was or was not chosen, and
+    whether the stored images are the lever (``tfopt convert --max-size``)."""
+    parts = []
+    if plan_.decode is not None:
+        parts.append(f"decoding is the costly stage here ({plan_.decode.strategy.value}: "
+                     f"{plan_.decode.reason})")
+    why_not = [note for note in plan_.notes if "not cached" in note or "no cache" in note]
+    if why_not:
+        parts.append("not cached: " + "; ".join(why_not) + " (a larger ram_budget, or "
+                     "cache=True or a file path, caches all the same)")
+    elif plan_.cache is CacheMode.NONE:
+        parts.append("the cache is off (cache=False)")
+    else:
+        parts.append(f"the {plan_.cache.value} data is cached: the first epoch fills the "
+                     "cache, later ones read it")
+    side = facts.min_image_side
+    if (plan_.output_size and side
+            and side >= LARGE_IMAGE_FACTOR * max(plan_.output_size)):
+        megapixels = (facts.mean_image_pixels or side * side) / 1e6
+        parts.append(
+            f"the stored images are large for a {max(plan_.output_size)}-px model (shorter "
+            f"sides of {side} px and more, {megapixels:.1f} megapixels on average): "
+            f"'tfopt convert --max-size {SUGGESTED_MAX_SIZE}' stores them at most "
+            f"{SUGGESTED_MAX_SIZE} px ({SUGGESTED_MAX_SIZE ** 2 / 1e6:.2f} megapixels at most), "
+            "the largest lever on decoding")
+    if plan_.device_crop is False and plan_.decode is not None and plan_.decode.random_crop:
+        parts.append("random_crop='device' with tfopt.Augment in the model moves the crops "
+                     "onto the accelerator")
+    if not parts:
+        parts.append("the pipeline's choices are in builder.choices.describe()")
+    return "; ".join(parts)
+
+
 def _refuse_empty_epoch(batch: int, drop_remainder: bool, records: int | None) -> None:
     """A split smaller than one batch with drop_remainder has no batch at all: Keras then
     takes steps_per_epoch=0 for "not given" and a repeating pipeline's epoch never ends."""

@@ -214,19 +214,25 @@ class InputStallCallback(keras.callbacks.Callback):
     Args:
         probe: The InputProbe that instrumented the training dataset. Defaults to None.
         warmup_steps: Steps at the start of the first epoch left out. Defaults to 3.
+        pipeline: The :class:`~tfopt.PipelineBuilder` that built the training dataset, if it
+            did: an input-bound epoch then gets advice from its plan (the costly stage, why
+            the cache was or was not chosen, the stored images' size) instead of the generic
+            line. Defaults to None.
 
     Raises:
         InvalidArgumentError: warmup_steps < 0.
 
     Example:
         >>> probe = InputProbe()
-        >>> model.fit(probe.instrument(dataset), callbacks=[InputStallCallback(probe)])
+        >>> model.fit(probe.instrument(builder.build()),
+        ...           callbacks=[InputStallCallback(probe, pipeline=builder)])
     """
 
     def __init__(self, probe: InputProbe | None = None,
-                 warmup_steps: int = DEFAULT_WARMUP_STEPS):
+                 warmup_steps: int = DEFAULT_WARMUP_STEPS, pipeline=None):
         super().__init__()
         self.probe = probe
+        self.pipeline = pipeline
         self.meter = StallMeter(warmup_steps)
         self._begin_step: int | None = None
         self._probe_start: float | None = None
@@ -262,9 +268,11 @@ class InputStallCallback(keras.callbacks.Callback):
         if logs is not None:
             logs.update(summary.to_logs())
         level = logging.WARNING if summary.kind is InputBound.HIGH else logging.INFO
+        advice = summary.kind.advice
+        if self.pipeline is not None and summary.kind is not InputBound.NOT:
+            advice = self.pipeline.stall_advice()
         logger.log(level, "epoch %d: %.1f %% of step time waiting for input: %s; %s",
-                   epoch + 1, summary.input_bound_percent, summary.kind.value,
-                   summary.kind.advice)
+                   epoch + 1, summary.input_bound_percent, summary.kind.value, advice)
 
 
 # GpuSnapshot field -> logs key stem. Memory is logged in MiB: bytes overflow float32 summaries
@@ -369,6 +377,7 @@ def training_callbacks(
     gpu: bool = True,
     warmup_steps: int = DEFAULT_WARMUP_STEPS,
     gpu_interval_s: float = 1.0,
+    pipeline=None,
 ) -> list:
     """The measuring callbacks in one list: throughput, input stall and (optionally) GPU stats.
 
@@ -378,6 +387,8 @@ def training_callbacks(
         gpu: Add GpuStatsCallback. Defaults to True.
         warmup_steps: Steps at the start of the first epoch left out. Defaults to 3.
         gpu_interval_s: Seconds between GPU samples. Defaults to 1.0.
+        pipeline: The PipelineBuilder of the training dataset, for the input-stall advice.
+            Defaults to None.
 
     Returns:
         A list to put before CSVLogger/TensorBoard in ``fit(callbacks=...)``.
@@ -388,7 +399,7 @@ def training_callbacks(
     """
     callbacks = [
         ThroughputCallback(batch_size, probe, warmup_steps),
-        InputStallCallback(probe, warmup_steps),
+        InputStallCallback(probe, warmup_steps, pipeline=pipeline),
     ]
     if gpu:
         callbacks.append(GpuStatsCallback(gpu_interval_s))
