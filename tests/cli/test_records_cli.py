@@ -110,3 +110,32 @@ def test_inspect_says_when_it_leaves_out_the_per_file_table(tmp_path):
     assert files > 20
     assert f"{files:,} files: the per-file table is shown for up to 20; --json lists every " \
         "file" in shown.output
+
+
+def test_log_lines_name_their_source_so_tensorflows_are_not_taken_for_tfopts():
+    import logging
+
+    from tfopt.cli import LogFormatter
+
+    def line(name, message):
+        record = logging.LogRecord(name, logging.WARNING, __file__, 1, message, None, None)
+        return LogFormatter().format(record)
+
+    assert line("tfopt", "interrupted") == "tfopt: WARNING: interrupted"
+    assert line("tfopt.data", "x") == "tfopt: WARNING: x"
+    assert line("tensorflow", "5 out of the last 5 calls triggered tf.function retracing") == (
+        "tensorflow: WARNING: 5 out of the last 5 calls triggered tf.function retracing")
+    assert line("tfoptional", "y") == "tfoptional: WARNING: y"
+
+
+def test_the_cli_logs_a_libraries_warning_under_its_name():
+    # the group's callback sets logging up, on the real stderr
+    code = ("import logging; from tfopt.cli import cli; "
+            "ctx = cli.make_context('tfopt', ['-v', 'doctor']); "
+            "ctx.invoke(cli.callback, verbose=1); "
+            "logging.getLogger('tensorflow').warning('retracing'); "
+            "logging.getLogger('tfopt').warning('ours')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stderr.splitlines()[-2:] == ["tensorflow: WARNING: retracing",
+                                             "tfopt: WARNING: ours"]

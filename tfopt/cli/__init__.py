@@ -29,8 +29,22 @@ def cli(verbose: int) -> None:
     ctx = click.get_current_context()
     ctx.obj = {"verbose": verbose}
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
-    logging.basicConfig(level=level, format="tfopt: %(levelname)s: %(message)s", stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(LogFormatter())
+    logging.basicConfig(level=level, handlers=[handler])
     logging.getLogger("tfopt").setLevel(level)
+
+
+class LogFormatter(logging.Formatter):
+    """tfopt's own messages as ``tfopt: LEVEL: message``; other libraries' under their own
+    name (``tensorflow: WARNING: ...``), so that TensorFlow's retracing warning, say, is not
+    taken for tfopt's."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        ours = record.name == "tfopt" or record.name.startswith("tfopt.")
+        source = "tfopt" if ours else record.name
+        return f"{source}: {record.levelname}: {record.getMessage()}" + (
+            "\n" + self.formatException(record.exc_info) if record.exc_info else "")
 
 
 for _module_name in _COMMAND_MODULES:
