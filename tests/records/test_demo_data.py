@@ -81,8 +81,37 @@ def test_an_existing_empty_folder_is_filled_only_once_complete(tmp_path, monkeyp
     ({"seed": "1"}, r"^seed='1': expected an int >= 0"),
     ({"workers": 0}, r"^workers=0: expected an int >= 1, or None"),
     ({"overwrite": "yes"}, r"^overwrite='yes': expected True or False"),
+    ({"kind": "videos"}, r"^kind='videos' is not one of: shapes, photos"),
+    ({"kind": "photos", "max_size": 9000}, r"^max_size=9000: expected an int from min_size "
+                                            r"\(2000\) to 8192"),
 ])
 def test_bad_arguments_are_named_and_nothing_is_written(tmp_path, arguments, message):
     with pytest.raises(tfopt.InvalidArgumentError, match=message):
         tfopt.make_demo_data(tmp_path / "demo", **arguments)
     assert not (tmp_path / "demo").exists()
+
+
+def test_photos_are_camera_sized_deterministic_jpegs_with_natural_statistics(tmp_path):
+    from tfopt.records.image_header import image_size
+
+    made = tfopt.make_demo_data(tmp_path / "a", count=4, classes=2, kind="photos", workers=1)
+    assert made.class_names == ["amber", "azure"]
+    files = sorted((tmp_path / "a").rglob("*.jpg"))
+    assert len(files) == 4
+    for path in files:
+        data = path.read_bytes()
+        height, width = image_size(data)
+        assert 2000 <= max(height, width) <= 4000  # the longer side
+        assert round(max(height, width) / min(height, width), 2) in (1.33, 1.5)
+        assert 0.15 < len(data) / (height * width) < 0.6  # bytes a pixel: a photo's, not a flat
+    again = tfopt.make_demo_data(tmp_path / "b", count=4, classes=2, kind="photos", workers=2)
+    assert again.num_bytes == made.num_bytes
+    assert [p.read_bytes() for p in files] == [
+        p.read_bytes() for p in sorted((tmp_path / "b").rglob("*.jpg"))]
+    # a photos folder is demo-data's own: --overwrite replaces it
+    result = CliRunner().invoke(cli, ["demo-data", str(tmp_path / "a"), "--count", "2",
+                                      "--classes", "2", "--kind", "photos", "--min-size", "600",
+                                      "--max-size", "800", "--workers", "1", "--overwrite",
+                                      "-q"])
+    assert result.exit_code == 0, result.output
+    assert len(list((tmp_path / "a").rglob("*.jpg"))) == 2

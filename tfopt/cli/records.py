@@ -21,23 +21,32 @@ _json = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdo
 @click.option("--classes", default=10, show_default=True, help="Number of classes (2-10).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Changes every image.")
-@click.option("--min-size", default=320, show_default=True, help="Smallest image side, px.")
-@click.option("--max-size", default=480, show_default=True, help="Largest image side, px.")
+@click.option("--kind", type=click.Choice(["shapes", "photos"]), default="shapes",
+              show_default=True,
+              help="shapes: 320-480 px shapes and textures; photos: camera-sized photos "
+                   "(longer side 2000-4000 px) with natural-image statistics.")
+@click.option("--min-size", type=int, default=None,
+              help="Smallest image side, px (photos: of the longer side) [default: 320, "
+                   "photos 2000].")
+@click.option("--max-size", type=int, default=None,
+              help="Largest image side, px (photos: of the longer side) [default: 480, "
+                   "photos 4000].")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Processes [default: all cores].")
 @click.option("--overwrite", is_flag=True,
               help="Replace the demo images of an earlier run (nothing else).")
 @_quiet
 @_json
-def demo_data(dst, count, classes, seed, min_size, max_size, workers, overwrite, quiet, as_json):
-    """Make a deterministic demo image folder (shapes per class, JPEG)."""
+def demo_data(dst, count, classes, seed, kind, min_size, max_size, workers, overwrite, quiet,
+              as_json):
+    """Make a deterministic demo image folder (JPEGs, one class per folder)."""
     from tfopt.records.demo_data import make_demo_data
 
     needs_tensorflow()
 
     result = make_demo_data(dst, count=count, classes=classes, seed=seed, min_size=min_size,
                             max_size=max_size, overwrite=overwrite, workers=workers,
-                            progress=None if not quiet else False)
+                            progress=None if not quiet else False, kind=kind)
     if as_json:
         echo_json(result.to_json())
         return

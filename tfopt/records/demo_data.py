@@ -1,16 +1,21 @@
 """``tfopt demo-data``: a deterministic image-folder dataset made locally, nothing downloaded.
 
-Ten classes of shapes and textures (circle, square, triangle, ring, cross, three stripe
+Two kinds. ``shapes`` (the default): ten classes of shapes and textures (circle, square, triangle, ring, cross, three stripe
 directions, checkerboard, dots) in random colours, positions and sizes over a noisy gradient
 background: easy enough that a small CNN learns it, hard enough that it has to look at the
 pixels. Images are JPEGs of 320-480 px per side by default, the size range of photos that
-``convert --max-size`` and the pipeline's random-resized-crop are built for.
+``convert --max-size`` and the pipeline's random-resized-crop are built for. ``photos``:
+camera-sized JPEGs (longer side 2,000-4,000 px, 4:3 or 3:2, landscape or portrait) with the
+statistics of natural images: a 1/f amplitude spectrum (what makes real photos compress as they
+do and decode as slowly), a class-specific colour cast and texture orientation, and
+sensor-like grain; about 0.3 bytes a pixel at JPEG quality 90 (1.5-1.8 MB at 5-6 megapixels).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import enum
 import functools
 import multiprocessing
 import os
@@ -24,11 +29,29 @@ import numpy as np
 from tfopt._files import TEMP_MARKER, fsync_dir, temp_path_for
 from tfopt._progress import Progress
 from tfopt._system import usable_cores
-from tfopt._validate import flag, optional_whole_number, whole_number
+from tfopt._validate import choice, flag, optional_whole_number, whole_number
 from tfopt.errors import InvalidArgumentError, OutputExistsError, TfoptError
 
 CLASS_NAMES = ("circle", "square", "triangle", "ring", "cross",
                "hstripes", "vstripes", "diagonal", "checker", "dots")
+# photo classes are named by their colour cast (each also has its own texture orientation)
+PHOTO_CLASS_NAMES = ("amber", "azure", "crimson", "fern", "indigo",
+                     "ochre", "rose", "slate", "teal", "violet")
+_PHOTO_CASTS = ((1.15, 0.95, 0.70), (0.75, 0.95, 1.20), (1.25, 0.70, 0.70), (0.80, 1.15, 0.75),
+                (0.75, 0.75, 1.20), (1.10, 1.00, 0.65), (1.20, 0.85, 0.95), (0.90, 0.95, 1.00),
+                (0.70, 1.05, 1.05), (1.05, 0.75, 1.15))
+_PHOTO_LOW_RES = 8  # the 1/f field is drawn at 1/8 of the photo's size and resized up
+MAX_PHOTO_SIDE = 8192
+
+
+class DemoKind(str, enum.Enum):
+    """What ``tfopt demo-data`` draws."""
+
+    SHAPES = "shapes"  # 320-480 px shapes and textures: quick, the classic demo
+    PHOTOS = "photos"  # camera-sized photos with natural-image statistics
+
+
+_DEFAULT_SIZES = {DemoKind.SHAPES: (320, 480), DemoKind.PHOTOS: (2000, 4000)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +135,44 @@ def demo_image(class_index: int, image_index: int, seed: int = 0, min_size: int 
     return np.clip(image, 0, 255).astype(np.uint8)
 
 
-_NOISE_TILE_SIDE = 1024  # larger than any demo image; 12 MiB of float32
+_NOISE_TILE_SIDE = 1024  # larger than any shapes image; 12 MiB of float32
+
+
+def demo_photo(tf, class_index: int, image_index: int, seed: int = 0, min_size: int = 2000,
+               max_size: int = 4000):
+    """One demo photo as an ``(H, W, 3)`` uint8 tensor; the same arguments give the same
+    pixels. ``min_size``/``max_size`` bound the longer side."""
+    rng = np.random.default_rng([seed, 1_000 + class_index, image_index])
+    longer = int(rng.integers(min_size, max_size + 1))
+    shorter = int(round(longer / (4 / 3 if rng.random() < 0.5 else 3 / 2)))
+    height, width = (shorter, longer) if rng.random() < 0.7 else (longer, shorter)
+    low_h, low_w = -(-height // _PHOTO_LOW_RES), -(-width // _PHOTO_LOW_RES)
+    # a 1/f amplitude spectrum (power ~ 1/f^2, as natural images have), stretched along the
+    # class's orientation so that classes differ in texture, not only in colour
+    fy = np.fft.fftfreq(low_h)[:, None]
+    fx = np.fft.rfftfreq(low_w)[None, :]
+    angle = np.pi * class_index / len(PHOTO_CLASS_NAMES)
+    along = fx * np.cos(angle) + fy * np.sin(angle)
+    across = -fx * np.sin(angle) + fy * np.cos(angle)
+    frequency = np.sqrt((2.5 * along) ** 2 + across ** 2)
+    frequency[0, 0] = 1.0
+    fields = []
+    for _ in range(2):  # luminance, and one chroma field
+        spectrum = (rng.standard_normal(frequency.shape) + 1j * rng.standard_normal(
+            frequency.shape)) / frequency
+        spectrum[0, 0] = 0.0
+        field = np.fft.irfft2(spectrum, s=(low_h, low_w))
+        fields.append((field / (field.std() + 1e-9)).astype(np.float32))
+    luminance, chroma = fields
+    base = 128.0 + 42.0 * luminance[..., None]
+    tint = np.array(_PHOTO_CASTS[class_index], np.float32)
+    low = base * tint + 14.0 * chroma[..., None] * np.array([1.0, -0.5, -0.5], np.float32)
+    image = tf.image.resize(low[None], (height, width), method="bicubic")[0]
+    # sensor grain at full resolution (a window of the shared tile, tiled over the photo)
+    tile = tf.constant(_noise_tile()[: _NOISE_TILE_SIDE // 2, : _NOISE_TILE_SIDE // 2] * 0.6)
+    reps = (-(-height // tile.shape[0]), -(-width // tile.shape[1]), 1)
+    image += tf.tile(tile, reps)[:height, :width]
+    return tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
 
 
 @functools.lru_cache(maxsize=1)
@@ -134,7 +194,8 @@ def _not_demo_images(dst: Path) -> list[str]:
     """
     foreign = []
     for entry in sorted(dst.iterdir()):
-        if entry.name not in CLASS_NAMES or entry.is_symlink() or not entry.is_dir():
+        if (entry.name not in CLASS_NAMES + PHOTO_CLASS_NAMES or entry.is_symlink()
+                or not entry.is_dir()):
             foreign.append(entry.name)
             continue
         foreign.extend(f"{entry.name}/{item.name}" for item in sorted(entry.iterdir())
@@ -144,10 +205,11 @@ def _not_demo_images(dst: Path) -> list[str]:
 
 
 _CHUNK = 50  # images per task in the worker pool: progress every ~0.5 s per worker
+_PHOTO_CHUNK = 4  # photos take ~0.5 s each
 
 
 def _write_images(dst: str, names: list[str], indices: range, seed: int, min_size: int,
-                  max_size: int) -> int:
+                  max_size: int, kind: str = DemoKind.SHAPES.value) -> int:
     """Write the demo images with these global indices; return the bytes written."""
     from tfopt._tf import import_tensorflow
 
@@ -158,7 +220,10 @@ def _write_images(dst: str, names: list[str], indices: range, seed: int, min_siz
         class_index = index % len(names)
         folder = Path(dst) / names[class_index]
         folder.mkdir(parents=True, exist_ok=True)
-        pixels = demo_image(class_index, index // len(names), seed, min_size, max_size)
+        if kind == DemoKind.PHOTOS.value:
+            pixels = demo_photo(tf, class_index, index // len(names), seed, min_size, max_size)
+        else:
+            pixels = demo_image(class_index, index // len(names), seed, min_size, max_size)
         data = tf.io.encode_jpeg(pixels, quality=90).numpy()
         final = folder / f"{index // len(names):05d}.jpg"
         # rename into place so no half-written image ever carries a final name; no fsync per
@@ -183,8 +248,9 @@ def _move_into_place(filled: Path, final: Path, class_names) -> None:
 
 
 def make_demo_data(dst, count: int = 3000, classes: int = 10, seed: int = 0,
-                   min_size: int = 320, max_size: int = 480, overwrite: bool = False,
-                   workers: int | None = None, progress: bool | None = False) -> DemoDataResult:
+                   min_size: int | None = None, max_size: int | None = None,
+                   overwrite: bool = False, workers: int | None = None,
+                   progress: bool | None = False, kind: str = "shapes") -> DemoDataResult:
     """Write a deterministic image-folder dataset ``dst/<class>/<index>.jpg``.
 
     The same arguments give the same files, whatever ``workers`` is.
@@ -195,13 +261,16 @@ def make_demo_data(dst, count: int = 3000, classes: int = 10, seed: int = 0,
         count: Total images, split evenly over the classes. Defaults to 3000.
         classes: Number of classes, 2 to 10. Defaults to 10.
         seed: Changes every image. Defaults to 0.
-        min_size: Smallest side in pixels. Defaults to 320.
-        max_size: Largest side in pixels. Defaults to 480.
+        min_size: Smallest side in pixels (for photos: of the longer side). Defaults to 320
+            for shapes, 2000 for photos.
+        max_size: Largest side in pixels (for photos: of the longer side). Defaults to 480 for
+            shapes, 4000 for photos.
         overwrite: Replace the demo images an earlier run wrote in ``dst``; they stay until the
             new ones are complete. A folder holding anything else is refused, as convert
             refuses to mix a dataset with files it did not write. Defaults to False.
         workers: Processes drawing images. Defaults to the number of usable cores.
         progress: Progress bar on stderr (None: when stderr is a terminal). Defaults to False.
+        kind: ``"shapes"`` or ``"photos"`` (see the module docstring). Defaults to "shapes".
 
     Raises:
         tfopt.InvalidArgumentError: An argument of the wrong type or out of range.
@@ -212,12 +281,17 @@ def make_demo_data(dst, count: int = 3000, classes: int = 10, seed: int = 0,
         >>> make_demo_data("demo/images", count=200).num_images
         200
     """
+    kind = choice(DemoKind, kind, "kind")
     classes = whole_number(classes, "classes", 2, maximum=len(CLASS_NAMES))
     count = whole_number(count, "count", classes,
                          f"an int >= classes ({classes}): at least one image per class")
-    min_size = whole_number(min_size, "min_size", 16, maximum=_NOISE_TILE_SIDE)
-    max_size = whole_number(max_size, "max_size", min_size, maximum=_NOISE_TILE_SIDE,
-                            expected=f"an int from min_size ({min_size}) to {_NOISE_TILE_SIDE}")
+    largest = _NOISE_TILE_SIDE if kind is DemoKind.SHAPES else MAX_PHOTO_SIDE
+    default_min, default_max = _DEFAULT_SIZES[kind]
+    min_size = whole_number(default_min if min_size is None else min_size, "min_size", 16,
+                            maximum=largest)
+    max_size = whole_number(max(default_max, min_size) if max_size is None else max_size,
+                            "max_size", min_size, maximum=largest,
+                            expected=f"an int from min_size ({min_size}) to {largest}")
     seed = whole_number(seed, "seed", 0)  # NumPy's generators take no negative seeds
     workers = optional_whole_number(workers, "workers", 1,
                                     "an int >= 1, or None for all usable cores")
@@ -250,8 +324,10 @@ def make_demo_data(dst, count: int = 3000, classes: int = 10, seed: int = 0,
                          "choose a folder that can be created") from None
     workers = workers or usable_cores()
     started = time.perf_counter()
-    names = list(CLASS_NAMES[:classes])
-    chunks = [range(start, min(start + _CHUNK, count)) for start in range(0, count, _CHUNK)]
+    names = list((CLASS_NAMES if kind is DemoKind.SHAPES else PHOTO_CLASS_NAMES)[:classes])
+    chunk_size = _CHUNK if kind is DemoKind.SHAPES else _PHOTO_CHUNK
+    chunks = [range(start, min(start + chunk_size, count))
+              for start in range(0, count, chunk_size)]
     total_bytes = 0
     try:
         with Progress(count, "demo-data", unit="img",
@@ -259,14 +335,15 @@ def make_demo_data(dst, count: int = 3000, classes: int = 10, seed: int = 0,
             if workers <= 1 or len(chunks) == 1:
                 for chunk in chunks:
                     total_bytes += _write_images(str(target), names, chunk, seed, min_size,
-                                                 max_size)
+                                                 max_size, kind.value)
                     bar.update(len(chunk))
             else:
                 context = multiprocessing.get_context("spawn")
                 with concurrent.futures.ProcessPoolExecutor(min(workers, len(chunks)),
                                                             mp_context=context) as pool:
                     futures = {pool.submit(_write_images, str(target), names, chunk, seed,
-                                           min_size, max_size): len(chunk) for chunk in chunks}
+                                           min_size, max_size, kind.value): len(chunk)
+                               for chunk in chunks}
                     for future in concurrent.futures.as_completed(futures):
                         total_bytes += future.result()
                         bar.update(futures[future])
