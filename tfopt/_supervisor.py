@@ -110,7 +110,7 @@ def die_with_parent(parent_pid: int, signum: int = signal.SIGKILL) -> bool:
 
 def _grace(value, name: str = "grace_seconds") -> float:
     """Seconds >= 0, infinity included (wait as long as the children take)."""
-    if value == math.inf and not isinstance(value, bool):
+    if value == math.inf:
         return math.inf
     return number(value, name, low=0.0, expected="a number of seconds >= 0 (or math.inf)")
 

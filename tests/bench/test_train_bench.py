@@ -89,7 +89,7 @@ def test_a_short_run_skips_the_trial_and_says_what_one_epoch_measures(shards, fl
     settings = TrainBenchSettings(shards, model="mlp", image_size=32, batch_size=8, epochs=1,
                                   repeats=1, policy="float32", max_steps=3)
     report = run_train_bench(settings, progress=lines.append)
-    # 3 steps in all against a trial of ~190: not worth it
+    # 3 steps in all against a trial of 165: not worth it
     assert report.spe_trial == {} and report.results["tfopt"].steps_per_execution == 1
     assert any(f"fewer than the trial's {SPE_TRIAL_COST_STEPS}" in line for line in lines)
     text = report.describe()

@@ -286,3 +286,8 @@ def test_stall_advice_names_the_decode_the_cache_decision_and_the_stored_size():
     cached = stall_advice(plan(train(), IMAGES), IMAGES)
     assert "--max-size" not in cached and "the decoded data is cached" in cached
     assert "the cache is off" in stall_advice(plan(train(cache=False), IMAGES), IMAGES)
+
+
+def test_no_estimate_note_when_the_cache_is_off():
+    estimated = dataclasses.replace(IMAGES, records=None, estimated_records=990)
+    assert not any("estimated" in note for note in plan(train(cache=False), estimated).notes)

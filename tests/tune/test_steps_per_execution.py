@@ -27,3 +27,11 @@ def test_bad_candidates_are_refused_before_any_model_is_built():
         tune_steps_per_execution(never, 8, 16, 3, candidates=(1, 0))
     with pytest.raises(InvalidArgumentError, match="candidates=()"):
         tune_steps_per_execution(never, 8, 16, 3, candidates=())
+
+
+def test_trial_steps_counts_the_warm_up_calls_and_the_timed_passes():
+    from tfopt.tune.steps_per_execution import SPE_TRIAL_ROUNDS, trial_steps
+
+    # per candidate: one warm-up call of that many steps, then the timed passes of 16 steps
+    assert trial_steps((1, 4, 16)) == 1 + 4 + 16 + 3 * SPE_TRIAL_ROUNDS * 16
+    assert trial_steps((32,)) == 32 + SPE_TRIAL_ROUNDS * 32  # a pass is a whole call or more

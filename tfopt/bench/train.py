@@ -43,10 +43,9 @@ from tfopt.train.precision import choose_policy, enable_policy
 from tfopt.tune.steps_per_execution import (
     SPE_CANDIDATES,
     SPE_TOLERANCE,
-    SPE_TRIAL_ROUNDS,
-    SPE_TRIAL_STEPS,
     EpochClock,
     quiet_fit_warnings,
+    trial_steps,
     tune_steps_per_execution,
 )
 
@@ -62,9 +61,7 @@ __all__ = [
 ]
 
 METHODS = ("baseline", "tfopt")
-# Steps the steps_per_execution trial runs: per candidate, one untimed call and three timed
-# passes of 16 steps (SPE_TRIAL_STEPS, SPE_TRIAL_ROUNDS), for the three candidates.
-SPE_TRIAL_COST_STEPS = len(SPE_CANDIDATES) * (SPE_TRIAL_ROUNDS + 1) * SPE_TRIAL_STEPS
+SPE_TRIAL_COST_STEPS = trial_steps()  # what the steps_per_execution trial runs
 SWEEP_EPOCHS = 2
 SWEEP_MIN_STEPS = 10  # per epoch: fewer, and a sweep point is a handful of step times
 
@@ -448,8 +445,8 @@ def run_train_bench(settings: TrainBenchSettings,
     fit_steps = (settings.max_steps * settings.epochs * settings.repeats
                  if settings.max_steps else None)
     if spe is None and fit_steps is not None and fit_steps < SPE_TRIAL_COST_STEPS:
-        # the trial runs about SPE_TRIAL_COST_STEPS steps (and compiles a model per
-        # candidate): more than tfopt's whole share of so short a comparison
+        # the trial runs SPE_TRIAL_COST_STEPS steps (and compiles a model per candidate):
+        # more than tfopt's whole share of so short a comparison
         spe = 1
         say(f"steps_per_execution 1, no trial: tfopt's runs take {fit_steps} steps in all, "
             f"fewer than the trial's {SPE_TRIAL_COST_STEPS} (give --steps-per-execution)")

@@ -27,6 +27,7 @@ import enum
 
 from tfopt.data.config import DEVICE_CROP, PipelineConfig
 from tfopt.errors import InvalidArgumentError
+from tfopt.records.schema import SUGGESTED_MAX_SIZE
 
 DEFAULT_RAM_FRACTION = 0.5  # of MemAvailable: the budget for cache + tf.data's own buffers
 CACHE_SHARE = 0.6  # of the budget a cache may take; the rest stays for autotuned buffers
@@ -386,12 +387,10 @@ def _target(config: PipelineConfig, facts: Facts) -> tuple[int, int] | None:
 def _choose_cache(config: PipelineConfig, facts: Facts, target, random_crop: bool,
                   ram_budget: int, notes: list[str]) -> tuple[CacheMode, int | None]:
     records = facts.records
-    if records is None and facts.estimated_records and target is not None:
+    estimated = records is None and bool(facts.estimated_records) and target is not None
+    if estimated:
         # no manifest: size the cache from an estimate rather than refuse it, and say so
         records = facts.estimated_records
-        notes.append(f"no manifest: about {records:,} records, estimated from the file sizes "
-                     f"and the sampled records' mean size ({facts.mean_record_bytes:,.0f} "
-                     "bytes); the cache is sized from that estimate")
     if target is None:
         # parsing is cheap and vectorised: cache the records, shuffle after the cache
         best, estimate = CacheMode.ENCODED, facts.total_bytes
@@ -404,6 +403,10 @@ def _choose_cache(config: PipelineConfig, facts: Facts, target, random_crop: boo
         estimate = records * target[0] * target[1] * 3 if records else None
     if config.cache is False:
         return CacheMode.NONE, estimate
+    if estimated:
+        notes.append(f"no manifest: about {records:,} records, estimated from the file sizes "
+                     f"and the sampled records' mean size ({facts.mean_record_bytes:,.0f} "
+                     "bytes); the cache is sized from that estimate")
     if config.cache != "auto":
         return best, estimate  # asked for: in memory or in the given file
     allowed = ram_budget * CACHE_SHARE
@@ -447,7 +450,6 @@ def _element_bytes(facts: Facts, cache: CacheMode, target) -> float:
 # Stored images whose shorter side is at least this many times the model's input are the lever
 # against a decode-bound pipeline: they are decoded at 1/8 scale at best, and often whole.
 LARGE_IMAGE_FACTOR = 4
-SUGGESTED_MAX_SIZE = 512  # as `tfopt convert` suggests: above 384 px x the 256/224 crop margin
 
 
 def stall_advice(plan_: PipelinePlan, facts: Facts) -> str:

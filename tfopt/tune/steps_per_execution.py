@@ -73,6 +73,17 @@ def quiet_fit_warnings():
         yield
 
 
+def _timed_pass_steps(candidates) -> int:
+    return max(SPE_TRIAL_STEPS, *candidates)
+
+
+def trial_steps(candidates=SPE_CANDIDATES) -> int:
+    """Training steps :func:`tune_steps_per_execution` runs in all: per candidate, one warm-up
+    call of that many steps and ``SPE_TRIAL_ROUNDS`` timed passes (a model is compiled for
+    each candidate besides)."""
+    return sum(candidates) + len(candidates) * SPE_TRIAL_ROUNDS * _timed_pass_steps(candidates)
+
+
 def tune_steps_per_execution(model_fn: Callable[[], keras.Model], batch_size: int,
                              image_size: int, classes: int,
                              candidates=SPE_CANDIDATES,
@@ -114,7 +125,7 @@ def tune_steps_per_execution(model_fn: Callable[[], keras.Model], batch_size: in
                                  dtype=tf.int32), tf.uint8)
     labels = tf.cast(rng.uniform((batch_size,), maxval=classes, dtype=tf.int32), tf.int64)
     dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
-    steps = max(SPE_TRIAL_STEPS, *candidates)
+    steps = _timed_pass_steps(candidates)
     trials = {}
     for candidate in candidates:
         model = model_fn()

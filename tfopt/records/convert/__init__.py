@@ -38,7 +38,7 @@ from tfopt.records.convert.plan import plan_fingerprint, plan_shards
 from tfopt.records.convert.pool import WorkerDied, run_tasks
 from tfopt.records.disk_space import is_disk_full, require_space_for_images
 from tfopt.records.manifest import JOURNAL_NAME, Manifest, ShardInfo, SplitInfo, write_manifest
-from tfopt.records.schema import Encoding
+from tfopt.records.schema import SUGGESTED_MAX_SIZE, Encoding
 from tfopt.records.sources import ScannedSource, SourceKind, detect_kind, scan_source
 from tfopt.records.sources.images import sampled_image_sides
 from tfopt.records.writer import Cancelled
@@ -152,8 +152,6 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
 # Images whose median shorter side is at least this are far larger than what models train on
 # (224-384 px): each is decoded whole every epoch, or at best at 1/8 scale.
 LARGE_IMAGE_SIDE = 1024
-# above the largest common training size with the pipeline's crop margin: 384 x 256/224 = 439
-SUGGESTED_MAX_SIZE = 512
 
 
 def _advise_max_size(scanned: ScannedSource, options: ConvertOptions) -> None:
