@@ -32,6 +32,34 @@ def available_memory() -> int:
     return MEMORY_FALLBACK
 
 
+def reset_peak_rss() -> bool:
+    """Start a fresh peak-memory measurement for this process: True where Linux could reset
+    its high-water mark (``/proc/self/clear_refs``), False where :func:`peak_rss` will keep
+    reporting the peak since the process started."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as handle:
+            handle.write("5")  # 5: reset the peak resident set size (VmHWM), see proc(5)
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss() -> int:
+    """Bytes of this process's peak resident memory: since the last :func:`reset_peak_rss`
+    that succeeded, else since it started."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    import resource
+
+    scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB elsewhere
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+
+
 def parent_death_signal(signum: int) -> Callable[[], object] | None:
     """A function that asks Linux to send this process ``signum`` when its parent dies (even
     by SIGKILL); None where there is no ``prctl`` (not Linux).

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import tfopt
-from tfopt.bench.baselines import guide_dataset, limit_dataset, naive_dataset
+from tfopt.bench.baselines import (guide_dataset, keras_folder_dataset, limit_dataset,
+                                   naive_dataset)
 from tfopt.data.pipeline import PipelineBuilder
 
 
@@ -49,6 +50,27 @@ def test_guide_and_limit(source):
     assert images.shape == (4, 16, 16, 3) and images.dtype.name == "float32"
     shapes = next(iter(limit_dataset(source, 4)))
     assert shapes.shape == (4, 3) and all(int(side) == 3 for side in shapes[:, 2])
+
+
+def test_keras_folder_reads_the_image_folder_resized_whole_in_float(tmp_path, capsys):
+    tfopt.make_demo_data(tmp_path / "images", count=12, classes=3, min_size=40, max_size=56,
+                         workers=1)
+    dataset = keras_folder_dataset(tmp_path / "images", 16, 5, shuffle=False)
+    assert capsys.readouterr().out == ""  # Keras's "Found 12 files" stays off stdout (--json)
+    batches = list(dataset.take(3))  # 12 images in batches of 5, repeated: 5, 5, 2
+    assert [int(images.shape[0]) for images, _ in batches] == [5, 5, 2]
+    images, labels = batches[0]
+    assert images.shape[1:] == (16, 16, 3) and images.dtype.name == "float32"
+    assert float(np.max(images)) > 1.0  # pixels 0-255, as Keras gives them
+    assert sorted(np.concatenate([batch[1].numpy() for batch in batches])) == [0] * 4 + [1] * 4 + [2] * 4
+
+
+def test_keras_folder_refuses_what_is_not_a_class_folder(tmp_path):
+    with pytest.raises(tfopt.InvalidArgumentError, match="images=.*missing.*sub-folder per class"):
+        keras_folder_dataset(tmp_path / "missing", 16, 4)
+    (tmp_path / "empty" / "cats").mkdir(parents=True)
+    with pytest.raises(tfopt.InvalidArgumentError, match="images=.*empty"):
+        keras_folder_dataset(tmp_path / "empty", 16, 4)
 
 
 def test_bad_values_name_the_argument(source):

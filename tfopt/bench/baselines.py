@@ -1,14 +1,16 @@
-"""The plain ``tf.data`` pipelines the benchmarks put tfopt beside: naive, guide, limit.
+"""The plain pipelines the benchmarks put tfopt beside: naive, guide, keras-folder, limit.
 
 - :func:`naive_dataset`: ``TFRecordDataset -> [shuffle] -> map(parse, decode, crop, resize) ->
   batch``, one thread, no prefetch: what a first attempt looks like.
 - :func:`guide_dataset`: the tf.data performance guide's recipe: parallel interleave over the
   shards, ``map(..., num_parallel_calls=AUTOTUNE)``, batch, prefetch (and shuffles when
   cropping at random, i.e. training).
+- :func:`keras_folder_dataset`: ``keras.utils.image_dataset_from_directory`` on the image
+  folder itself, then prefetch: what a Keras user runs instead of converting to shards.
 - :func:`limit_dataset`: decoding the same encoded images from memory on all cores, nothing
   else: the ceiling of any pipeline that decodes full images.
 
-Each takes a tfopt source (``PipelineBuilder(...).source``): its files, compression and keys.
+Each but the Keras one takes a tfopt source (``PipelineBuilder(...).source``): its files, compression and keys.
 
 Example:
     >>> source = PipelineBuilder("shards/", batch_size=64).source
@@ -17,15 +19,19 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import io
+from pathlib import Path
 
 import tensorflow as tf
 
-from tfopt._validate import choice, flag, whole_number
+from tfopt._validate import choice, fail, flag, whole_number
 from tfopt.data.decode import CROP_AREA, CROP_ASPECT, central_crop_window, resize_uint8
 from tfopt.records.format.tfrecord import tf_compression_type
 
-__all__ = ["Crop", "Pixels", "example_fn", "guide_dataset", "limit_dataset", "naive_dataset"]
+__all__ = ["Crop", "Pixels", "example_fn", "guide_dataset", "keras_folder_dataset",
+           "limit_dataset", "naive_dataset"]
 
 LIMIT_SAMPLE = 512  # encoded images held in memory for the decode limit
 SHUFFLE_BUFFER = 1000  # examples; what a user's first training pipeline typically uses
@@ -158,6 +164,46 @@ def guide_dataset(source, image_size: int, batch_size: int, *,
     dataset = dataset.map(example_fn(source, image_size, crop=crop),
                           num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE).repeat()
+
+
+def keras_folder_dataset(folder, image_size: int, batch_size: int, *, shuffle: bool = True,
+                         seed: int = 0) -> tf.data.Dataset:
+    """``keras.utils.image_dataset_from_directory`` on a class-per-folder tree, repeated.
+
+    Written the way Keras's image-classification tutorial loads a folder: inferred integer
+    labels, every image decoded whole and resized (bilinear, aspect ratio not kept) to
+    ``image_size`` in float32 on AUTOTUNE threads, batched, then ``prefetch(AUTOTUNE)``. The
+    tutorial also adds ``.cache()``: that replays the same resized images every epoch, which a
+    random-crop training pipeline cannot do, so it is left out and the comparison that holds
+    is the first epoch. Keras's "Found N files" line is kept off stdout.
+
+    Args:
+        folder: The image folder (one sub-folder per class), e.g. the one the shards were
+            converted from.
+        image_size: Side of the output square, px.
+        batch_size: Examples per batch.
+        shuffle: Shuffle the files each epoch (training). Defaults to True.
+        seed: The shuffle seed. Defaults to 0.
+
+    Raises:
+        tfopt.InvalidArgumentError: Not a folder, no images in it, or a bad value.
+    """
+    import keras
+
+    size = whole_number(image_size, "image_size", 1)
+    batch_size = whole_number(batch_size, "batch_size", 1)
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise fail("images", str(folder), "an image folder with one sub-folder per class")
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            dataset = keras.utils.image_dataset_from_directory(
+                folder, label_mode="int", image_size=(size, size), batch_size=batch_size,
+                shuffle=flag(shuffle, "shuffle"), seed=seed)
+    except ValueError as error:  # Keras's words for an empty or unreadable tree
+        raise fail("images", str(folder),
+                   f"an image folder with one sub-folder per class ({error})") from None
+    return dataset.prefetch(tf.data.AUTOTUNE).repeat()
 
 
 def limit_dataset(source, batch_size: int) -> tf.data.Dataset:

@@ -1,11 +1,12 @@
 """``tfopt bench pipeline``: tfopt's input pipeline beside the usual ways, in one process.
 
 Methods (:data:`METHODS`), alternating on the same shards and settings: ``naive`` and
-``guide`` (:mod:`tfopt.bench.baselines`), ``tfopt`` (``PipelineBuilder``), ``tfopt-device``
+``guide`` (:mod:`tfopt.bench.baselines`), ``keras-folder`` (``image_dataset_from_directory``
+on the image folder the shards came from), ``tfopt`` (``PipelineBuilder``), ``tfopt-device``
 (its random crop on the accelerator, training only) and ``limit`` (in-memory decodes on all
 cores); optionally tfopt through a local tf.data service of 1, 2, ... workers. The report gives
-examples/s per epoch (median, spread), the ratios, and tfopt's stage breakdown. What each
-method does and why: ``docs/bench.md``.
+examples/s per epoch (median, spread), the CPU use and peak memory of each method, the ratios,
+and tfopt's stage breakdown. What each method does and why: ``docs/bench.md``.
 
 Example:
     >>> report = run_pipeline_bench(BenchSettings("shards/", epochs=2))
@@ -22,15 +23,20 @@ import time
 
 import tensorflow as tf
 
-from tfopt._system import usable_cores
+from pathlib import Path
+
+from tfopt._system import peak_rss, reset_peak_rss, usable_cores
 from tfopt._validate import flag, is_int, optional_whole_number, require, whole_number
-from tfopt.bench.baselines import guide_dataset, limit_dataset, naive_dataset
+from tfopt.bench.baselines import (guide_dataset, keras_folder_dataset, limit_dataset,
+                                   naive_dataset)
 from tfopt.bench.service_workers import MAX_SERVICE_WORKERS, local_services
 from tfopt.data.pipeline import PipelineBuilder
 from tfopt.errors import InvalidArgumentError
 from tfopt.records.format.tfrecord import count_records
+from tfopt.records.manifest import MANIFEST_NAME, read_manifest
 
-METHODS = ("naive", "guide", "tfopt", "tfopt-device", "limit")
+METHODS = ("naive", "guide", "keras-folder", "tfopt", "tfopt-device", "limit")
+KERAS_FOLDER = "keras-folder"  # needs the image folder: left out of the defaults without one
 SERVICE_NOTE = ("the workers are processes on this host and share its cores with the "
                 "benchmark: the ratios show the service's overhead and scaling here, not a "
                 "multi-host speed-up")
@@ -59,6 +65,9 @@ class BenchSettings:
         service_workers: Worker counts to run tfopt's pipeline through a local tf.data
             service with, e.g. ``(0, 1, 2)``; 0 is the in-process ``tfopt`` method, measured
             whenever anything is. Sorted, without repeats. Defaults to () (no service).
+        images: The image folder (one sub-folder per class) for the ``keras-folder`` method.
+            Defaults to None: the folder the manifest says the shards were converted from,
+            where it still exists.
     """
 
     source: object
@@ -72,6 +81,7 @@ class BenchSettings:
     split: str | None = None
     tfopt_source: object = None
     service_workers: tuple[int, ...] = ()
+    images: object = None
 
     def __post_init__(self):
         for name in ("batch_size", "image_size", "epochs", "repeats"):
@@ -93,6 +103,7 @@ class MethodResult:
     method: str
     epoch_rates: list[list[float]]  # [epoch][repeat]
     cpu_utilisation: float  # process CPU seconds / (wall seconds x cores), over all its runs
+    peak_rss: int | None = None  # bytes: the process's peak resident memory over its runs
 
     def median(self, epoch: int = 0) -> float:
         return statistics.median(self.epoch_rates[epoch])
@@ -110,6 +121,8 @@ class BenchReport:
     choices: str
     examples_per_epoch: int
     service: dict[int, MethodResult] = dataclasses.field(default_factory=dict)  # workers -> runs
+    ram_budget: int | None = None  # bytes tfopt's plan gives its cache and tf.data's buffers
+    notes: list[str] = dataclasses.field(default_factory=list)  # e.g. a method left out, and why
 
     def ratio(self, method: str, other: str, epoch: int = 0) -> float:
         return self.results[method].median(epoch) / self.results[other].median(epoch)
@@ -126,6 +139,7 @@ class BenchReport:
         settings = dataclasses.asdict(self.settings)
         settings["source"] = str(settings["source"])
         settings["tfopt_source"] = settings["tfopt_source"] and str(settings["tfopt_source"])
+        settings["images"] = settings["images"] and str(settings["images"])
         epochs = range(self.settings.epochs)
         return {
             "settings": settings,
@@ -134,9 +148,12 @@ class BenchReport:
                 name: {"median": [result.median(e) for e in epochs],
                        "spread": [result.spread(e) for e in epochs],
                        "runs": result.epoch_rates,
-                       "cpu_utilisation": result.cpu_utilisation}
+                       "cpu_utilisation": result.cpu_utilisation,
+                       "peak_rss_bytes": result.peak_rss}
                 for name, result in self.results.items()
             },
+            "ram_budget_bytes": self.ram_budget,
+            "notes": self.notes,
             "ratios": {f"{mine}/{other}": [self.ratio(mine, other, e) for e in epochs]
                        for mine in self.results if mine.startswith("tfopt")
                        for other in self.results if not other.startswith("tfopt")},
@@ -165,13 +182,18 @@ class BenchReport:
                  f"per epoch, median of {settings.repeats} alternating runs, "
                  f"{usable_cores()} cores"]
         header = "method       " + "".join(f"  epoch {e + 1:<2} ex/s (spread)       "
-                                          for e in range(settings.epochs)) + "  CPU"
+                                          for e in range(settings.epochs)) + "  CPU   peak RSS"
         lines.append(header)
         for name, result in self.results.items():
             cells = "".join(f"  {result.median(e):9.1f} ({result.spread(e)[0]:7.1f}-"
                             f"{result.spread(e)[1]:7.1f})"
                             for e in range(settings.epochs))
-            lines.append(f"{name:12s} {cells}  {result.cpu_utilisation:4.0%}")
+            lines.append(f"{name:12s} {cells}  {result.cpu_utilisation:4.0%}  "
+                         f"{_mib(result.peak_rss):>9s}")
+        budget = f"; tfopt's RAM budget (its cache and tf.data's buffers) {_mib(self.ram_budget)}"
+        lines.append("peak RSS: this whole process (TensorFlow's runtime included) while the "
+                     "method ran" + (budget if self.ram_budget else ""))
+        lines.extend(f"note: {note}" for note in self.notes)
         for mine in (name for name in self.results if name.startswith("tfopt")):
             for other in (name for name in self.results if not name.startswith("tfopt")):
                 ratios = ", ".join(f"{self.ratio(mine, other, e):.2f}x"
@@ -217,24 +239,38 @@ def _time_epochs(dataset: tf.data.Dataset, steps: int, epochs: int, batch: int) 
     return rates
 
 
-def run_pipeline_bench(settings: BenchSettings, methods=METHODS, progress=None) -> BenchReport:
+def run_pipeline_bench(settings: BenchSettings, methods=None, progress=None) -> BenchReport:
     """Measure each method; see the module docstring.
 
     Args:
         settings: What to measure.
-        methods: Which methods, in alternation order, ``tfopt`` included. Defaults to all
-            five (:data:`METHODS`); ``tfopt-device`` is left out when not training.
+        methods: Which methods, in alternation order, ``tfopt`` included. Defaults to all of
+            :data:`METHODS`, less ``keras-folder`` when there is no image folder (said in
+            the report's notes); ``tfopt-device`` is left out when not training.
         progress: Called with a line after each run (the CLI prints it on stderr).
 
     Raises:
-        tfopt.InvalidArgumentError: An unknown method, or a source without images.
+        tfopt.InvalidArgumentError: An unknown method, ``keras-folder`` asked for without an
+            image folder, or a source without images.
         tfopt.TfoptError: A local tf.data service server (``settings.service_workers``) did
             not start.
     """
+    notes = []
+    images = _image_folder(settings)
+    if methods is None:
+        methods = [method for method in METHODS if method != KERAS_FOLDER or images]
+        if not images:
+            notes.append(f"{KERAS_FOLDER} left out: no image folder (the shards' manifest names "
+                         "none that exists here; pass images=, or --images)")
+    methods = list(methods)
     unknown = set(methods) - set(METHODS)
     if unknown or "tfopt" not in methods:
-        raise InvalidArgumentError(f"methods={list(methods)}: choose from {', '.join(METHODS)}, "
+        raise InvalidArgumentError(f"methods={methods}: choose from {', '.join(METHODS)}, "
                                    "tfopt included")
+    if KERAS_FOLDER in methods and not images:
+        raise InvalidArgumentError(
+            f"methods={methods}: {KERAS_FOLDER} reads the image folder the shards came from, "
+            f"and {settings.source} names none that exists here: pass images= (--images)")
 
     def builder(**extra):
         return PipelineBuilder(settings.tfopt_source or settings.source,
@@ -263,23 +299,29 @@ def run_pipeline_bench(settings: BenchSettings, methods=METHODS, progress=None) 
         "tfopt": lambda: builder().build(),
         "tfopt-device": lambda: builder(random_crop="device").build(),
         "limit": lambda: limit_dataset(first.source, settings.batch_size),
+        KERAS_FOLDER: lambda: keras_folder_dataset(images, settings.image_size,
+                                                   settings.batch_size, shuffle=settings.training),
     }
     services = [count for count in settings.service_workers if count > 0]
     runs = [*methods, *(f"service-{count}" for count in services)]  # alternation order
     rates = {run: [[] for _ in range(settings.epochs)] for run in runs}
     cpu = {run: [0.0, 0.0] for run in runs}  # cpu seconds, wall seconds
+    peaks = {run: None for run in runs}  # bytes, None where the peak cannot be reset per run
     with _local_services(services, progress) as local:
         for count in services:
             factories[f"service-{count}"] = (
                 lambda count=count: builder(service=local.address(count)).build())
         for repeat in range(settings.repeats):
             for run in runs:
+                measured_peak = reset_peak_rss()
                 dataset = factories[run]()
                 count = int(run.removeprefix("service-")) if run.startswith("service-") else 0
                 before_cpu, before_wall = _cpu_seconds(local, count), time.perf_counter()
                 epoch_rates = _time_epochs(dataset, steps, settings.epochs, settings.batch_size)
                 cpu[run][0] += _cpu_seconds(local, count) - before_cpu
                 cpu[run][1] += time.perf_counter() - before_wall
+                if measured_peak:
+                    peaks[run] = max(peaks[run] or 0, peak_rss())
                 for epoch, rate in enumerate(epoch_rates):
                     rates[run][epoch].append(rate)
                 del dataset
@@ -287,17 +329,19 @@ def run_pipeline_bench(settings: BenchSettings, methods=METHODS, progress=None) 
                     progress(f"run {repeat + 1}/{settings.repeats} {run:6s} "
                              + " ".join(f"{rate:8.1f}" for rate in epoch_rates) + " examples/s")
     cores = usable_cores()
-    results = {run: MethodResult(run, rates[run], cpu[run][0] / (cpu[run][1] * cores))
+    results = {run: MethodResult(run, rates[run], cpu[run][0] / (cpu[run][1] * cores),
+                                 peaks[run])
                for run in runs}
     service = {count: results.pop(f"service-{count}") for count in services}
     stages = stage_breakdown(settings, steps)
     slowest = _slowest(stages)
-    choices = builder().choices.describe()
+    planned = builder()
+    choices = planned.choices.describe()
     if "tfopt-device" in methods:
         device = builder(random_crop="device").choices.describe()
         choices += "\nwith random_crop='device':\n" + device
     return BenchReport(settings, results, stages, slowest, choices, steps * settings.batch_size,
-                       service)
+                       service, planned.plan.ram_budget, notes)
 
 
 def stage_breakdown(settings: BenchSettings, steps: int) -> dict[str, float]:
@@ -333,6 +377,24 @@ def _slowest(stages: dict[str, float]) -> str:
             worst, worst_cost = stage, cost
         previous = 1 / rate
     return worst
+
+
+def _image_folder(settings: BenchSettings) -> Path | None:
+    """The ``keras-folder`` method's images: as given, else the manifest's source folder."""
+    if settings.images is not None:
+        return Path(settings.images)
+    source = settings.source
+    if not isinstance(source, (str, os.PathLike)) or not (Path(source) / MANIFEST_NAME).is_file():
+        return None
+    origin = read_manifest(source).source
+    path = origin.get("path")
+    if origin.get("kind") == "images" and path and Path(path).is_dir():
+        return Path(path)
+    return None
+
+
+def _mib(size: int | None) -> str:
+    return "-" if size is None else f"{size / 2**20:,.0f} MiB"
 
 
 def _count(builder: PipelineBuilder) -> int:

@@ -69,8 +69,12 @@ def _plot_path(ctx, param, value):
 @click.option("--split", help="Manifest split [default: train when training].")
 @click.option("--tfopt-source", help="tfopt reads this copy instead (e.g. stored with "
               "convert --max-size): compares it with the others on PATH.")
-@click.option("--methods", default="naive,guide,tfopt,tfopt-device,limit", show_default=True,
-              help="Comma-separated methods, in alternation order.")
+@click.option("--methods", help="Comma-separated methods, in alternation order, from naive, "
+              "guide, keras-folder, tfopt, tfopt-device, limit [default: all of them; "
+              "keras-folder only where there is an image folder].")
+@click.option("--images", type=click.Path(exists=True, file_okay=False),
+              help="The image folder the shards were converted from, for keras-folder "
+              "(image_dataset_from_directory) [default: the one the manifest names].")
 @click.option("--service-workers", callback=_worker_counts, metavar="N,N,...",
               help="Also run tfopt's pipeline through a tf.data service with these numbers of "
               "workers, e.g. 0,1,2 (0: in-process, the tfopt method): a dispatcher and the "
@@ -80,8 +84,8 @@ def _plot_path(ctx, param, value):
 @click.option("-q", "--quiet", is_flag=True, help="No per-run lines on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
 def pipeline(path, batch_size, image_size, training, epochs, repeats, cache, max_batches, split,
-             tfopt_source, methods, service_workers, quiet, as_json):
-    """Examples/s of naive, guide, tfopt and the decode limit on the same shards."""
+             tfopt_source, methods, images, service_workers, quiet, as_json):
+    """Examples/s of naive, guide, Keras's folder loader, tfopt and the decode limit."""
     needs_tensorflow()
     from tfopt.bench.pipeline import BenchSettings, run_pipeline_bench
 
@@ -96,10 +100,10 @@ def pipeline(path, batch_size, image_size, training, epochs, repeats, cache, max
         source=path, batch_size=batch_size, image_size=image_size, training=training,
         epochs=epochs, repeats=repeats, cache={"auto": "auto", "on": True, "off": False}[cache],
         max_batches=max_batches, split=split, tfopt_source=tfopt_source,
-        service_workers=service_workers)
+        service_workers=service_workers, images=images)
     progress = None if quiet else (lambda line: click.echo(line, err=True))
-    report = run_pipeline_bench(settings, [m.strip() for m in methods.split(",") if m.strip()],
-                                progress=progress)
+    chosen = methods and [method.strip() for method in methods.split(",") if method.strip()]
+    report = run_pipeline_bench(settings, chosen or None, progress=progress)
     if as_json:
         echo_json(report.to_json())
     else:
