@@ -37,10 +37,13 @@ import time
 import zlib
 from pathlib import Path
 
-# TensorFlow's C++ INFO lines (gRPC servers, the coordination service): set before it loads
+# TensorFlow's C++ INFO lines (gRPC servers, the coordination service) when run alone: set
+# before it loads (tfopt launch sets it for its workers, unless it is set)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-import keras  # noqa: E402
+# No Keras (so no TensorFlow) at the top: make_demo_data and convert spawn worker processes,
+# which import this script again, and would each load TensorFlow for nothing (3 s, 600 MB and
+# its start-up lines apiece). train() imports it.
 import numpy as np  # noqa: E402
 
 import tfopt  # noqa: E402
@@ -80,6 +83,8 @@ def demo_shards(work: Path, preparing: bool, images: int = DEMO_IMAGES) -> Path:
 
 
 def train(shards: Path, work: Path, epochs: int) -> None:
+    import keras
+
     plan = tfopt.plan_strategy()
     # before any other TensorFlow work: it sets up the cluster
     strategy = tfopt.select_strategy(plan)

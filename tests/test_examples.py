@@ -12,6 +12,15 @@ import pytest
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
+def test_the_multi_worker_example_imports_no_tensorflow_at_its_top():
+    # make_demo_data's and convert's spawned processes import the script again (as
+    # __mp_main__): each would load TensorFlow for nothing, and print its start-up lines
+    code = ("import runpy, sys; runpy.run_path(sys.argv[1], run_name='__mp_main__'); "
+            "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code, str(EXAMPLES / "multi_worker.py")], check=True,
+                   timeout=120)
+
+
 @pytest.mark.slow
 def test_multi_worker_example_under_tfopt_launch_ends_with_the_same_weights(tmp_path):
     done = subprocess.run(
@@ -25,6 +34,12 @@ def test_multi_worker_example_under_tfopt_launch_ends_with_the_same_weights(tmp_
                                output))
     assert sorted(finished) == ["0", "1"], output[-4000:]
     assert finished["0"] == finished["1"]  # synchronous training: the same weights everywhere
+    # the validation pipeline (one shard, DATA-sharded) tells Keras its length: each
+    # evaluation takes exactly its steps instead of running the iterator dry
+    assert "ran out of data" not in output
+    # TensorFlow's C++ start-up INFO lines are held back (tfopt launch)
+    assert "absl::InitializeLog()" not in output and "port.cc" not in output, output[:4000]
+    assert not re.search(r"^\[worker \d\] I\d{4} ", output, re.MULTILINE), output[:4000]
     # backups: the chief's folder holds the best model; the backup itself is gone after a
     # normal end
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["best.json",

@@ -48,12 +48,23 @@ def test_a_pass_has_a_known_length_only_where_it_is_sure(indexed_png_dataset, mo
     assert int(skipping.build().cardinality()) == unknown  # skipped records would shorten it
     training = PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24, training=True)
     assert int(training.build().cardinality()) == -1  # repeats: infinite
-    # several workers: auto-sharding gives each worker a shorter pass than the manifest says
-    monkeypatch.setenv("TF_CONFIG", json.dumps(
-        {"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "worker",
-                                                                          "index": 0}}))
-    sharded = PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24).build()
-    assert int(sharded.cardinality()) == unknown
+    # several workers, sharded by file: each worker reads a shorter pass than the manifest says
+    def workers(count):
+        monkeypatch.setenv("TF_CONFIG", json.dumps(
+            {"cluster": {"worker": [f"localhost:{port}" for port in range(1, count + 1)]},
+             "task": {"type": "worker", "index": 0}}))
+
+    workers(2)
+    sharded = PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24)
+    assert sharded.choices.auto_shard.startswith("by file")
+    assert int(sharded.build().cardinality()) == unknown
+    # more workers than shards: each filters the whole pass (DATA), whose length it knows, so
+    # that Keras's evaluation under the strategy takes exactly its steps
+    workers(4)
+    filtered = PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24)
+    assert filtered.choices.auto_shard.startswith("DATA")
+    dataset = filtered.build()
+    assert int(dataset.cardinality()) == 6 == sum(1 for _ in dataset)
 
 
 def test_each_worker_reads_its_own_shards_and_the_pipeline_stays_shardable(

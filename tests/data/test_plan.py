@@ -179,8 +179,19 @@ def test_the_length_is_known_only_where_the_manifest_count_is_exact():
     assert plan(evaluation(), IMAGES).known_length
     assert not plan(evaluation(skip_corrupt=True), IMAGES).known_length
     assert not plan(train(), IMAGES).known_length  # repeats
-    assert not plan(evaluation(), dataclasses.replace(IMAGES, workers=2)).known_length
     assert not plan(evaluation(service="localhost:5050"), IMAGES).known_length
+    # several workers: a worker that reads its own shards (FILE) has a shorter pass than the
+    # manifest says; one that filters the whole pass (DATA) has all of its batches, and the
+    # strategy splits each into the same number of steps on every worker
+    by_file = plan(evaluation(), dataclasses.replace(IMAGES, workers=2, worker_index=0))
+    assert by_file.sharding is Sharding.FILE and not by_file.known_length
+    by_data = plan(evaluation(), dataclasses.replace(IMAGES, files=1, workers=2, worker_index=0))
+    assert by_data.sharding is Sharding.DATA and by_data.known_length
+    assert by_data.steps_per_epoch == 32  # ceil(1000 / 32): the whole pass, on each worker
+    no_place = plan(evaluation(), dataclasses.replace(IMAGES, workers=2))
+    assert no_place.sharding is Sharding.DATA and no_place.known_length
+    assert not plan(train(), dataclasses.replace(IMAGES, files=1, workers=2,
+                                                 worker_index=0)).known_length  # repeats
 
 
 def test_device_crops_ship_margin_squares():

@@ -175,6 +175,90 @@ def test_a_port_clash_on_the_last_attempt_is_a_failure():
     assert (result.exit_code, result.attempts) == (1, 2)
 
 
+def env_level(**kwargs):
+    """The TF_CPP_MIN_LOG_LEVEL each of two workers got (None: unset)."""
+    lines = []
+    result = launch_workers(worker("print(os.environ.get('TF_CPP_MIN_LOG_LEVEL'))"), 2,
+                            on_line=lambda i, s, line: lines.append(line), **kwargs)
+    assert result.exit_code == 0, lines
+    return sorted(lines)
+
+
+def test_workers_get_tf_cpp_min_log_level_1_unless_it_is_set(monkeypatch):
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    assert env_level() == ["1", "1"]
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "0")  # the user's value wins
+    assert env_level() == ["0", "0"]
+    assert env_level(env={"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "3"}) == ["3", "3"]
+    assert env_level(env={"PATH": "/usr/bin:/bin"}) == ["1", "1"]
+    # left as it is when asked for TensorFlow's own output
+    assert env_level(env={"PATH": "/usr/bin:/bin"}, quiet_tensorflow=False) == ["None", "None"]
+
+
+# What a TensorFlow worker writes to stderr before and after it reads TF_CPP_MIN_LOG_LEVEL
+# (absl's C++ format, and TensorFlow's older own), with lines that are not TensorFlow's.
+NOTICE_AND_INFO = [
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+    "I0000 00:00:1796134142.057280   14344 port.cc:153] oneDNN custom operations are on.",
+    "I0000 00:00:1796134142.057728   14344 cudart_stub.cc:31] Could not find cuda drivers",
+    "2024-05-01 12:00:00.123456: I tensorflow/core/platform/cpu_feature_guard.cc:182] AVX2",
+]
+WARNINGS = [
+    "W0000 00:00:1796134165.789892   14344 dataset.cc:997] Input of GeneratorDatasetOp::Dataset",
+]
+ERRORS = [
+    "E0000 00:00:1796134152.460176   14409 cuda_platform.cc:52] failed call to cuInit",
+    "2024-05-01 12:00:01.000000: E tensorflow/core/common_runtime/executor.cc:9] op failed",
+    "F0000 00:00:1796134152.460176   14409 check.cc:12] Check failed: x == y",
+]
+NOT_TF = [
+    "I0501 12:00:00.123456 140234 train_lib.py:42] step 100, loss 0.5",  # absl's Python logging
+    "Traceback (most recent call last):",
+    "ValueError: a real error",
+]
+TF_STDERR = NOTICE_AND_INFO + WARNINGS + ERRORS + NOT_TF
+PRINT_TF_STDERR = f"[print(line, file=sys.stderr) for line in {TF_STDERR!r}]; "
+
+
+def shown(env_value=None, **kwargs):
+    """The stderr lines handed on from a worker that prints TF_STDERR (and a TensorFlow INFO
+    line on stdout, which is never held back) and fails."""
+    code = PRINT_TF_STDERR + f"print({NOTICE_AND_INFO[1]!r}); sys.exit(1)"
+    env = {"PATH": "/usr/bin:/bin"}
+    if env_value is not None:
+        env["TF_CPP_MIN_LOG_LEVEL"] = env_value
+    lines = []
+    result = launch_workers(worker(code), 1, env=env, attempts=1,
+                            on_line=lambda i, stream, line: lines.append((stream, line)),
+                            **kwargs)
+    assert result.exit_code == 1
+    assert ("stdout", NOTICE_AND_INFO[1]) in lines
+    return [line for stream, line in lines if stream == "stderr"]
+
+
+def test_tensorflow_info_lines_are_held_back_and_errors_always_pass():
+    assert shown() == WARNINGS + ERRORS + NOT_TF  # level 1, the launcher's default
+    assert shown("2") == ERRORS + NOT_TF  # the user's level: warnings go too
+    assert shown("3") == ERRORS + NOT_TF  # errors are never held back
+    assert shown("0") == TF_STDERR
+    assert shown("not a number") == TF_STDERR  # TensorFlow reads it as 0
+    assert shown(quiet_tensorflow=False) == TF_STDERR
+
+
+def test_tfopt_vv_launch_shows_every_line(monkeypatch):
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    code = "print(os.environ.get('TF_CPP_MIN_LOG_LEVEL')); " + PRINT_TF_STDERR
+
+    def launched(*options):
+        done = subprocess.run([PY, "-m", "tfopt", *options, "launch", "-n", "1", *worker(code)],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return lines_of(0, done.stdout), lines_of(0, done.stderr)
+
+    assert launched() == (["1"], WARNINGS + ERRORS + NOT_TF)
+    assert launched("-vv") == (["None"], TF_STDERR)
+
+
 def test_a_missing_program_is_a_clear_error():
     with pytest.raises(InvalidArgumentError, match="cannot start"):
         launch_workers(["no-such-program-tfopt"], 2)
@@ -217,6 +301,7 @@ def test_ctrl_c_stops_every_worker_and_exits_128_plus_the_signal(tmp_path, signu
     ({"workers": 2.0}, "workers=2.0: expected an integer >= 1"),
     ({"attempts": 0}, "attempts=0: expected an integer >= 1"),
     ({"grace_seconds": "5"}, "grace_seconds='5'"),
+    ({"quiet_tensorflow": "yes"}, "quiet_tensorflow='yes': expected True or False"),
 ])
 def test_bad_arguments_are_named_before_anything_starts(kwargs, match):
     arguments = {"workers": 2, **kwargs}

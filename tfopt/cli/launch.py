@@ -38,6 +38,11 @@ def launch(workers, hosts, print_only, grace, attempts, command):
     "[worker I]". The first worker to fail stops the others, and its exit code is the
     launcher's; Ctrl-C stops every worker (exit code 130).
 
+    Workers also get TF_CPP_MIN_LOG_LEVEL=1 unless it is set, and TensorFlow's C++ INFO lines
+    that they print before TensorFlow reads it (oneDNN, the CUDA stub) are held back at that
+    level (INFO at 1, INFO and WARNING at 2 or more); errors and tracebacks always show.
+    TF_CPP_MIN_LOG_LEVEL=0 tfopt launch ..., or tfopt -vv launch ..., shows every line.
+
     \b
     Examples:
       tfopt launch -n 2 python train.py --epochs 3
@@ -66,8 +71,9 @@ def launch(workers, hosts, print_only, grace, attempts, command):
     def on_line(worker: int, stream: str, line: str) -> None:
         click.echo(f"[worker {worker}] {line}", err=stream == "stderr")
 
+    verbose = (click.get_current_context().find_root().obj or {}).get("verbose", 0)
     result = launch_workers(list(command), workers, on_line=on_line, grace_seconds=grace,
-                            attempts=attempts)
+                            attempts=attempts, quiet_tensorflow=verbose < 2)
     if result.exit_code:
         click.echo(f"tfopt launch: {result.describe()}", err=True)
     click.get_current_context().exit(result.exit_code)

@@ -204,8 +204,9 @@ class PipelinePlan:
         worker_index: This worker's place, for ``Sharding.FILE``; else None.
         prefetch: Where read-ahead batches wait.
         steps_per_epoch: Batches in one pass (None when the record count is unknown).
-        known_length: ``steps_per_epoch`` is exact for this process, so the dataset may say
-            so (``assert_cardinality``).
+        known_length: ``steps_per_epoch`` is exact for this process's dataset, so the
+            dataset may say so (``assert_cardinality``): one worker, or several with
+            ``Sharding.DATA``.
         service: The tf.data service dispatcher, or None.
         skip_corrupt: Corrupted records are skipped (and counted when ``records`` is known).
         pad_ragged: Variable-length features are padded.
@@ -337,10 +338,13 @@ def plan(config: PipelineConfig, facts: Facts) -> PipelinePlan:
     if facts.records is not None:
         steps = (facts.records // config.batch_size if drop
                  else -(-facts.records // config.batch_size))
-    # The manifest's count is exact when nothing is skipped; not under several workers, whose
-    # sharding makes each worker's pass shorter, nor through the tf.data service.
+    # The manifest's count is exact when nothing is skipped, nor through the tf.data service.
+    # Under several workers it stays exact with DATA sharding: each worker's dataset is the
+    # whole pass, which the strategy splits into the same number of steps on every worker
+    # (Keras takes its evaluation steps from that length). Not with FILE sharding: a worker's
+    # dataset holds only its own shards' batches, fewer than the steps the strategy takes.
     known_length = (not repeat and steps is not None and not config.skip_corrupt
-                    and config.service is None and facts.workers <= 1)
+                    and config.service is None and sharding is not Sharding.FILE)
     cache_bytes = (estimate or 0) if cache is not CacheMode.NONE else 0
     return PipelinePlan(
         batch_size=config.batch_size,

@@ -7,6 +7,12 @@ to fail stops the others and its exit code is the job's; SIGINT/SIGTERM to the l
 forwarded to every worker. The processes are run by :class:`tfopt._supervisor.Supervisor`.
 No TensorFlow (or Keras) is imported: the launcher only starts processes.
 
+TensorFlow's C++ start-up lines are kept out of the workers' output by default: each worker gets
+``TF_CPP_MIN_LOG_LEVEL=1`` unless its environment sets the variable, and the INFO lines that
+TensorFlow prints before it reads the variable (oneDNN, the CUDA stub) are held back at the
+level the worker has (INFO at 1; INFO and WARNING at 2 or more). Errors, tracebacks and
+everything else pass.
+
 Example:
     >>> result = launch_workers(["python", "train.py"], 2)
     >>> sys.exit(result.exit_code)
@@ -34,7 +40,7 @@ from tfopt._supervisor import (
     Supervisor,
     exit_code,
 )
-from tfopt._validate import require, whole_number
+from tfopt._validate import flag, require, whole_number
 from tfopt.distribute.cluster import LOCALHOST, free_ports, tf_config
 from tfopt.errors import InvalidArgumentError
 
@@ -53,6 +59,22 @@ _TAIL_LINES = 50
 _PORT_CLASH = re.compile(
     r"address already in use|errno 98|failed to add port|could not start grpc server|"
     r"unable to bind|failed to bind", re.IGNORECASE)
+
+# The TF_CPP_MIN_LOG_LEVEL a worker gets unless its environment sets one: TensorFlow's INFO
+# lines are hidden, its warnings and errors are not.
+DEFAULT_TF_LOG_LEVEL = "1"
+
+# A line of TensorFlow's C++ logging: absl's format ("I0000 00:00:1796134142.057280   14344
+# port.cc:153] ...") or TensorFlow's older own ("2024-05-01 12:00:00.000000: I
+# tensorflow/core/platform/cpu_feature_guard.cc:182] ..."), from a C/C++ source file (absl's
+# Python logging writes the same prefix, naming a .py file, and is not TensorFlow's).
+_TF_CPP_LOG = re.compile(
+    r"(?:(?P<absl>[IWEF])\d{4} \d\d:\d\d:\d+\.\d+ +\d+ "
+    r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: (?P<tsl>[IWEF]) )"
+    r"[\w./-]+\.(?:cc|cpp|c|h):\d+\] ")
+# What absl prints before the first of the lines TensorFlow logs before setting up logging
+_ABSL_PRE_INIT_NOTICE = ("WARNING: All log messages before absl::InitializeLog() is called are "
+                         "written to STDERR")
 
 OnLine = Callable[[int, str, str], None]
 
@@ -91,6 +113,29 @@ class _PortClash(Exception):
     pass
 
 
+def _hidden_tf_severities(level: str | None) -> frozenset[str]:
+    """The severities of TensorFlow's C++ lines that ``TF_CPP_MIN_LOG_LEVEL=level`` hides, as
+    the launcher applies them to what TensorFlow prints before it reads the variable: "I" at 1,
+    "I" and "W" at 2 and above; never "E" or "F", which the launcher always passes on. Nothing
+    for None, 0 or a value that is not an integer (TensorFlow reads that as 0)."""
+    try:
+        value = int(level) if level is not None else 0
+    except ValueError:
+        return frozenset()
+    return frozenset("IW"[:max(0, min(value, 2))])
+
+
+def _is_hidden_tf_line(line: str, hidden: frozenset[str]) -> bool:
+    """Whether ``line``, from a worker's stderr, is a TensorFlow C++ log line of a ``hidden``
+    severity (or absl's notice that such lines go to stderr, when INFO lines are hidden)."""
+    if not hidden:
+        return False
+    if line == _ABSL_PRE_INIT_NOTICE:
+        return "I" in hidden
+    match = _TF_CPP_LOG.match(line)
+    return match is not None and (match.group("absl") or match.group("tsl")) in hidden
+
+
 def _read_lines(pipe, worker: int, stream: str, lines: queue.Queue) -> None:
     with pipe:
         for raw in iter(pipe.readline, b""):
@@ -101,10 +146,12 @@ def _read_lines(pipe, worker: int, stream: str, lines: queue.Queue) -> None:
 class _Job:
     """One attempt: N worker processes of ``supervisor`` and their output readers."""
 
-    def __init__(self, supervisor: Supervisor, command, addresses, env, on_line: OnLine):
+    def __init__(self, supervisor: Supervisor, command, addresses, env, on_line: OnLine,
+                 hidden: frozenset[str] = frozenset()):
         self.supervisor = supervisor
         self.addresses = addresses
         self.on_line = on_line
+        self.hidden = hidden  # severities of TensorFlow's C++ stderr lines not handed on
         self.lines: queue.Queue = queue.Queue()
         self.tails = [collections.deque(maxlen=_TAIL_LINES) for _ in addresses]
         self.open_streams = [0] * len(addresses)  # per worker: its pipes not yet at EOF
@@ -148,7 +195,9 @@ class _Job:
             if line is None:
                 self.open_streams[worker] -= 1
                 continue
-            self.tails[worker].append(line)
+            self.tails[worker].append(line)  # every line: a port clash is recognised in them
+            if stream == "stderr" and _is_hidden_tf_line(line, self.hidden):
+                continue
             self.on_line(worker, stream, line)
 
     def stop(self, signum: int | None = signal.SIGTERM) -> None:
@@ -201,13 +250,19 @@ def _run_attempt(job: _Job, may_retry: bool) -> LaunchResult | None:
 def launch_workers(command: Sequence[str], workers: int, *, on_line: OnLine | None = None,
                    host: str = LOCALHOST, env: Mapping[str, str] | None = None,
                    grace_seconds: float = DEFAULT_GRACE_SECONDS,
-                   attempts: int = DEFAULT_ATTEMPTS) -> LaunchResult:
+                   attempts: int = DEFAULT_ATTEMPTS,
+                   quiet_tensorflow: bool = True) -> LaunchResult:
     """Run ``command`` as ``workers`` local worker processes of one ``TF_CONFIG`` cluster.
 
     Worker ``i`` gets ``TF_CONFIG={"cluster": {"worker": [host:P0, ...]}, "task": {"type":
     "worker", "index": i}}`` with free ports on ``host``, and ``PYTHONUNBUFFERED=1`` so that
     its lines arrive as printed. Each line a worker writes is passed to ``on_line(index,
-    "stdout" | "stderr", line)`` in the calling thread. The job ends when every worker has
+    "stdout" | "stderr", line)`` in the calling thread, except, with ``quiet_tensorflow``,
+    TensorFlow's C++ start-up lines: the workers get ``TF_CPP_MIN_LOG_LEVEL=1`` unless the
+    environment sets it, and the stderr lines in TensorFlow's C++ log format that this level
+    hides (INFO at 1; INFO and WARNING at 2 or more) are not passed on, because TensorFlow
+    prints some (oneDNN, the CUDA stub) before it reads the variable. ERROR and FATAL lines,
+    tracebacks and everything else always are. The job ends when every worker has
     exited 0, or at the first failure: the other workers get SIGTERM, then SIGKILL after
     ``grace_seconds``. SIGINT or SIGTERM sent to the launcher goes to every worker the same
     way (a second one kills them at once). When a worker fails because its port was taken
@@ -222,6 +277,9 @@ def launch_workers(command: Sequence[str], workers: int, *, on_line: OnLine | No
         env: The workers' environment. Defaults to None (this process's environment).
         grace_seconds: Seconds a stopped worker gets before SIGKILL. Defaults to 10.0.
         attempts: Launches tried when a port is taken. Defaults to 3.
+        quiet_tensorflow: Hold back TensorFlow's C++ INFO lines as described above. Defaults
+            to True; False leaves the environment's ``TF_CPP_MIN_LOG_LEVEL`` as it is and
+            passes every line on.
 
     Returns:
         A :class:`LaunchResult`; its ``exit_code`` is the job's.
@@ -238,9 +296,15 @@ def launch_workers(command: Sequence[str], workers: int, *, on_line: OnLine | No
     require(bool(command), "command", command, "a program and its arguments, e.g. python train.py")
     whole_number(workers, "workers", 1, "an integer >= 1")
     whole_number(attempts, "attempts", 1, "an integer >= 1")
+    quiet_tensorflow = flag(quiet_tensorflow, "quiet_tensorflow")
     # grace_seconds is checked by the supervisor (math.inf: wait as long as the workers take)
     on_line = on_line or (lambda worker, stream, line: None)
     env = dict(os.environ if env is None else env)
+    hidden = frozenset()
+    if quiet_tensorflow:
+        # a level the user set wins, and the lines are held back at that level
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", DEFAULT_TF_LOG_LEVEL)
+        hidden = _hidden_tf_severities(env["TF_CPP_MIN_LOG_LEVEL"])
     # the supervisor forwards SIGINT/SIGTERM to the workers and, on any way out of this
     # block, stops those still running (SIGKILL at once after an exception)
     with Supervisor(grace_seconds, death_signal=signal.SIGTERM) as supervisor:
@@ -248,7 +312,7 @@ def launch_workers(command: Sequence[str], workers: int, *, on_line: OnLine | No
             addresses = [f"{host}:{port}" for port in free_ports(workers, host)]
             logger.info("launch attempt %d: %d workers on %s", attempt, workers,
                         ", ".join(addresses))
-            job = _Job(supervisor, command, addresses, env, on_line)
+            job = _Job(supervisor, command, addresses, env, on_line, hidden)
             try:
                 result = _run_attempt(job, may_retry=attempt < attempts)
             except _PortClash:
