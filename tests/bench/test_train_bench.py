@@ -48,6 +48,7 @@ def test_both_methods_alternate_with_rates_ratios_and_accuracies(shards, float32
     assert report.results["tfopt"].policy == "mixed_bfloat16"
     assert report.results["tfopt"].steps_per_execution == 2
     assert report.eval_split == "validation"
+    assert report.tfopt_cached and report.notes == ()  # whole epochs: the cache serves epoch 2
 
     data = json.loads(json.dumps(report.to_json()))
     for what in ("steady_rate", "first_epoch_rate", "overall_rate"):
@@ -94,7 +95,14 @@ def test_a_short_run_skips_the_trial_and_says_what_one_epoch_measures(shards, fl
     assert any(f"fewer than the trial's {SPE_TRIAL_COST_STEPS}" in line for line in lines)
     text = report.describe()
     assert "after epoch 1" not in text
-    assert "in the one epoch (compile and cache fill included" in text
+    # 3 steps of 8 read 24 of the 48 training records: a cache would never be read from,
+    # so tfopt's pipeline goes without, and the report says so
+    assert "in the one epoch (compile included" in text
+    (note,) = report.notes
+    assert note.startswith("tfopt's pipeline runs without its cache: --max-steps 3 x 1 epoch(s) "
+                           "at batch 8 read 24 of the 48 training examples of one pass")
+    assert f"note: {note}" in text and report.to_json()["notes"] == [note]
+    assert not report.tfopt_cached and "cache none" in report.results["tfopt"].pipeline
 
 
 def test_settings_are_validated():

@@ -95,6 +95,8 @@ def test_sweep_on_shards(tmp_path):
     assert data["data"] == str(tmp_path / "shards") and data["finder"] is None
     assert "3 classes" in data["model"]
     assert not data["sweep"]["synthetic"] and data["sweep"]["chosen"] == 8
+    # a few steps per size would only fill the pipeline's cache in part: it goes without
+    assert any("without tfopt's cache" in note for note in data["notes"])
 
 
 def test_module_exposes_the_group():

@@ -21,6 +21,9 @@ from tfopt.data.plan import (
     Sharding,
     choose_decode,
     estimate_records,
+    fill_batches,
+    partial_pass_note,
+    pass_records,
     plan,
     records_per_block,
     stall_advice,
@@ -302,3 +305,38 @@ def test_stall_advice_names_the_decode_the_cache_decision_and_the_stored_size():
 def test_no_estimate_note_when_the_cache_is_off():
     estimated = dataclasses.replace(IMAGES, records=None, estimated_records=990)
     assert not any("estimated" in note for note in plan(train(cache=False), estimated).notes)
+
+
+# -- reading a cached pipeline in part ----------------------------------------------------------
+
+
+def test_a_read_of_less_than_one_pass_is_named_with_both_remedies():
+    cached = plan(PipelineConfig(batch_size=32, training=True, image_size=224), IMAGES)
+    assert cached.cache is CacheMode.DECODED and pass_records(cached) == 1000
+    note = partial_pass_note(cached, 5 * 2)  # steps_per_epoch=5, epochs=2
+    assert note.startswith("reads 10 batches of 32 in all (320 examples), less than one pass "
+                           "over the 1,000 records: the decoded cache")
+    assert "did not fully read the dataset being cached" in note
+    assert "at least 32 batches" in note and "cache=False" in note
+    # 1,000 // 32 + 1: the 1,001st element makes the cache's input report its end
+    assert fill_batches(1000, 32) == 32 and fill_batches(1024, 32) == 33
+    # a pass or more: the cache serves the rest (ceil(1000 / 32) = 32 batches hold 1,024)
+    assert partial_pass_note(cached, 32) is None and partial_pass_note(cached, 320) is None
+    assert partial_pass_note(cached, 31) is not None
+
+
+@pytest.mark.parametrize("config, facts", [
+    (PipelineConfig(batch_size=32, training=True, image_size=224, cache=False), IMAGES),
+    # no manifest: the pass's length is an estimate
+    (PipelineConfig(batch_size=32, training=True, image_size=224),
+     dataclasses.replace(IMAGES, records=None, estimated_records=1000)),
+    # each worker reads its share; skipped records shorten the pass; the service's workers
+    # hold the caches
+    (PipelineConfig(batch_size=32, training=True, image_size=224),
+     dataclasses.replace(IMAGES, workers=2, worker_index=0)),
+    (PipelineConfig(batch_size=32, training=True, image_size=224, skip_corrupt=True), IMAGES),
+    (PipelineConfig(batch_size=32, training=True, image_size=224, service="grpc://d:5050"),
+     IMAGES),
+])
+def test_no_note_without_a_cache_or_an_exact_pass(config, facts):
+    assert partial_pass_note(plan(config, facts), 1) is None

@@ -286,3 +286,28 @@ def test_an_input_bound_epoch_of_a_tfopt_pipeline_gets_advice_from_its_plan(tf, 
     (line,) = [r.message for r in caplog.records if "highly input-bound" in r.message]
     assert builder.stall_advice() in line and "the cache is off" in line
     assert "tfopt.build_pipeline" not in line  # not the generic line for tfopt's own pipeline
+
+
+def test_a_fit_of_less_than_one_pass_of_a_cached_pipeline_is_warned_once(tf, tmp_path, caplog):
+    from conftest import small_image_dataset
+
+    import tfopt
+
+    builder = tfopt.PipelineBuilder(small_image_dataset(tmp_path), batch_size=4,
+                                    image_size=16, training=True)
+    records = builder.source.num_records  # 21: 3 classes of 6 JPEGs and a PNG
+    assert builder.choices.cache.value == "decoded" and records == 21
+
+    def warnings_of_fit(steps, epochs):
+        caplog.clear()
+        stall = InputStallCallback(InputProbe(), pipeline=builder)
+        with caplog.at_level(logging.WARNING, logger="tfopt"):
+            model().fit(dataset(tf).repeat(), steps_per_epoch=steps, epochs=epochs, verbose=0,
+                        callbacks=[stall])
+        return [r.message for r in caplog.records if "less than one pass" in r.message]
+
+    # Keras reads 2 x 2 batches of 4 through one iterator: 16 of the 21 records
+    (line,) = warnings_of_fit(2, 2)
+    assert line.startswith("this fit (2 steps per epoch x 2 epochs) reads 4 batches of 4")
+    assert builder.partial_pass_note(4) in line and "cache=False" in line
+    assert warnings_of_fit(3, 2) == []  # 24 examples: the pass ends in the second epoch

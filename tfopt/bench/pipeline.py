@@ -31,6 +31,7 @@ from tfopt.bench.baselines import (guide_dataset, keras_folder_dataset, limit_da
                                    naive_dataset)
 from tfopt.bench.service_workers import MAX_SERVICE_WORKERS, local_services
 from tfopt.data.pipeline import PipelineBuilder
+from tfopt.data.plan import fill_batches
 from tfopt.errors import InvalidArgumentError
 from tfopt.records.format.tfrecord import count_records
 from tfopt.records.manifest import MANIFEST_NAME, read_manifest
@@ -57,7 +58,10 @@ class BenchSettings:
             Defaults to 1.
         repeats: Runs per method. Defaults to 3.
         cache: tfopt's cache setting ("auto", True, False). Defaults to "auto".
-        max_batches: Cap on batches per epoch (quick runs). Defaults to None (whole epoch).
+        max_batches: Cap on batches per epoch (quick runs). When it cuts a run to less than
+            one pass in all, tfopt's runs go without a cache under ``cache="auto"`` (it would
+            only be filled in part and discarded), and the report says so. Defaults to None
+            (whole epoch).
         split: The manifest split. Defaults to the builder's choice.
         tfopt_source: Where tfopt reads instead of ``source``: the same images stored at
             training resolution (``tfopt convert --max-size``), to compare with the other
@@ -121,8 +125,8 @@ class BenchReport:
     choices: str
     examples_per_epoch: int
     service: dict[int, MethodResult] = dataclasses.field(default_factory=dict)  # workers -> runs
+    notes: tuple[str, ...] = ()  # what the runs did otherwise than asked, and why
     ram_budget: int | None = None  # bytes tfopt's plan gives its cache and tf.data's buffers
-    notes: list[str] = dataclasses.field(default_factory=list)  # e.g. a method left out, and why
 
     def ratio(self, method: str, other: str, epoch: int = 0) -> float:
         return self.results[method].median(epoch) / self.results[other].median(epoch)
@@ -153,7 +157,6 @@ class BenchReport:
                 for name, result in self.results.items()
             },
             "ram_budget_bytes": self.ram_budget,
-            "notes": self.notes,
             "ratios": {f"{mine}/{other}": [self.ratio(mine, other, e) for e in epochs]
                        for mine in self.results if mine.startswith("tfopt")
                        for other in self.results if not other.startswith("tfopt")},
@@ -170,6 +173,7 @@ class BenchReport:
             "stages": self.stages,
             "slowest_stage": self.slowest_stage,
             "choices": self.choices,
+            "notes": list(self.notes),
         }
 
     def describe(self) -> str:
@@ -193,7 +197,6 @@ class BenchReport:
         budget = f"; tfopt's RAM budget (its cache and tf.data's buffers) {_mib(self.ram_budget)}"
         lines.append("peak RSS: this whole process (TensorFlow's runtime included) while the "
                      "method ran" + (budget if self.ram_budget else ""))
-        lines.extend(f"note: {note}" for note in self.notes)
         for mine in (name for name in self.results if name.startswith("tfopt")):
             for other in (name for name in self.results if not name.startswith("tfopt")):
                 ratios = ", ".join(f"{self.ratio(mine, other, e):.2f}x"
@@ -202,6 +205,7 @@ class BenchReport:
         lines.extend(self._describe_service())
         stages = ", ".join(f"{stage} {rate:,.0f}" for stage, rate in self.stages.items())
         lines.append(f"tfopt stages (examples/s up to each): {stages}; slowest: {self.slowest_stage}")
+        lines.extend(f"note: {note}" for note in self.notes)
         lines.append("tfopt's choices:")
         lines.extend("  " + line for line in self.choices.splitlines())
         return "\n".join(lines)
@@ -227,8 +231,10 @@ class BenchReport:
 # -- measuring ------------------------------------------------------------------------------
 
 
-def _time_epochs(dataset: tf.data.Dataset, steps: int, epochs: int, batch: int) -> list[float]:
-    """Examples/s of each of ``epochs`` passes of ``steps`` batches, through one iterator."""
+def _time_epochs(dataset: tf.data.Dataset, steps: int, epochs: int, batch: int,
+                 then: int = 0) -> list[float]:
+    """Examples/s of each of ``epochs`` passes of ``steps`` batches, through one iterator;
+    then ``then`` batches more, untimed (to the end of a pass that fills a cache)."""
     iterator = iter(dataset)
     rates = []
     for _ in range(epochs):
@@ -236,6 +242,8 @@ def _time_epochs(dataset: tf.data.Dataset, steps: int, epochs: int, batch: int) 
         for _ in range(steps):
             next(iterator)
         rates.append(steps * batch / (time.perf_counter() - started))
+    for _ in range(then):
+        next(iterator)
     return rates
 
 
@@ -272,12 +280,6 @@ def run_pipeline_bench(settings: BenchSettings, methods=None, progress=None) -> 
             f"methods={methods}: {KERAS_FOLDER} reads the image folder the shards came from, "
             f"and {settings.source} names none that exists here: pass images= (--images)")
 
-    def builder(**extra):
-        return PipelineBuilder(settings.tfopt_source or settings.source,
-                               batch_size=settings.batch_size,
-                               training=settings.training, image_size=settings.image_size,
-                               cache=settings.cache, split=settings.split, repeat=True, **extra)
-
     if not settings.training:
         methods = [method for method in methods if method != "tfopt-device"]
 
@@ -290,6 +292,15 @@ def run_pipeline_bench(settings: BenchSettings, methods=None, progress=None) -> 
     steps = max(1, records // settings.batch_size)
     if settings.max_batches:
         steps = min(steps, settings.max_batches)
+    cache, fill, cache_notes = _cache_for_runs(settings, records, steps)
+    notes.extend(cache_notes)
+
+    def builder(**extra):
+        return PipelineBuilder(settings.tfopt_source or settings.source,
+                               batch_size=settings.batch_size,
+                               training=settings.training, image_size=settings.image_size,
+                               cache=cache, split=settings.split, repeat=True, **extra)
+
     crop = "random" if settings.training else "central"
     factories = {
         "naive": lambda: naive_dataset(first.source, settings.image_size, settings.batch_size,
@@ -317,7 +328,10 @@ def run_pipeline_bench(settings: BenchSettings, methods=None, progress=None) -> 
                 dataset = factories[run]()
                 count = int(run.removeprefix("service-")) if run.startswith("service-") else 0
                 before_cpu, before_wall = _cpu_seconds(local, count), time.perf_counter()
-                epoch_rates = _time_epochs(dataset, steps, settings.epochs, settings.batch_size)
+                # tfopt's runs read on to the end of the pass that fills their cache, untimed
+                then = fill if run.startswith(("tfopt", "service-")) else 0
+                epoch_rates = _time_epochs(dataset, steps, settings.epochs, settings.batch_size,
+                                           then)
                 cpu[run][0] += _cpu_seconds(local, count) - before_cpu
                 cpu[run][1] += time.perf_counter() - before_wall
                 if measured_peak:
@@ -341,7 +355,38 @@ def run_pipeline_bench(settings: BenchSettings, methods=None, progress=None) -> 
         device = builder(random_crop="device").choices.describe()
         choices += "\nwith random_crop='device':\n" + device
     return BenchReport(settings, results, stages, slowest, choices, steps * settings.batch_size,
-                       service, planned.plan.ram_budget, notes)
+                       service, tuple(notes), planned.plan.ram_budget)
+
+
+def _cache_for_runs(settings: BenchSettings, records: int,
+                    steps: int) -> tuple[object, int, tuple[str, ...]]:
+    """tfopt's cache setting for the timed runs, the batches each run reads on untimed, and
+    the report's notes on them.
+
+    tf.data completes a cache only at the end of its input and discards one left part-filled
+    when the iterator goes (with a C++ warning, "did not fully read the dataset being cached";
+    docs/data.md). A run of ``steps`` x ``epochs`` batches that ends inside the first pass
+    because of ``max_batches`` would never read from the cache: with ``cache="auto"`` it runs
+    without one; asked for (``cache=True``), it keeps it and the report says every epoch
+    measured fills it. A run of whole epochs reads on, untimed, to one record past the pass
+    (a batch at most), so that its cache is complete when it ends.
+    """
+    batch, epochs = settings.batch_size, settings.epochs
+    read = steps * epochs * batch
+    capped = settings.max_batches is not None and steps < records // batch
+    if settings.cache is False:
+        return False, 0, ()
+    if capped and read < records:
+        cut = (f"--max-batches {steps} x {epochs} epoch(s) read {read:,} of the {records:,} "
+               "examples of one pass, and a cache is filled only by a pass read to its end")
+        if settings.cache == "auto":
+            return False, 0, (f"tfopt's cache is off in these runs: {cut}, so it would serve "
+                              "nothing and be discarded after each run; runs of whole epochs "
+                              "(no --max-batches) measure it",)
+        return settings.cache, 0, (f"every epoch measured fills tfopt's cache: {cut}; each run's "
+                                   "part-filled cache is discarded when it ends (TensorFlow "
+                                   "logs that it 'did not fully read the dataset being cached')",)
+    return settings.cache, max(0, fill_batches(records, batch) - steps * epochs), ()
 
 
 def stage_breakdown(settings: BenchSettings, steps: int) -> dict[str, float]:

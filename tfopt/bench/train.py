@@ -34,6 +34,7 @@ from tfopt._system import usable_cores
 from tfopt._validate import choice, flag, optional_whole_number, whole_number
 from tfopt.bench.baselines import naive_dataset
 from tfopt.data.pipeline import PipelineBuilder
+from tfopt.data.plan import CacheMode, pass_records
 from tfopt.errors import DatasetError, InvalidArgumentError
 from tfopt.models import DEFAULT_IMAGE_SIZE, ModelName, build_model, compile_model
 from tfopt.records.format.tfrecord import tf_compression_type
@@ -86,7 +87,10 @@ class TrainBenchSettings:
             pay back.
         policy: tfopt's precision policy name. Defaults to None: ``choose_policy()``.
         seed: Weights, shuffling and trial data. Defaults to 0.
-        max_steps: Cap on steps per epoch for both methods (quick runs). Defaults to None.
+        max_steps: Cap on steps per epoch for both methods (quick runs). When it cuts a fit
+            to less than one pass over the training records, tfopt's pipeline goes without
+            its cache (it would only be filled in part and discarded), and the report says
+            so. Defaults to None.
         fuse_batch_norm: tfopt runs the model's batch normalisation with TensorFlow's fused
             kernel (:func:`tfopt.fuse_batch_norm`). Defaults to True.
     """
@@ -226,6 +230,9 @@ class TrainBenchReport:
         eval_split: The split the accuracy was measured on.
         cores: CPU cores usable by this process.
         load_average: The 1-minute load average when the benchmark started.
+        tfopt_cached: tfopt's pipeline had a cache in the comparison (filled in its first
+            epoch). Defaults to True.
+        notes: What the runs did otherwise than asked, and why. Defaults to ().
     """
 
     settings: TrainBenchSettings
@@ -238,6 +245,8 @@ class TrainBenchReport:
     eval_split: str
     cores: int
     load_average: float
+    tfopt_cached: bool = True
+    notes: tuple[str, ...] = ()
 
     def ratio(self, what: str = "steady_rate") -> float:
         """tfopt's median over the baseline's for ``what`` (see :meth:`MethodResult.median`)."""
@@ -259,6 +268,7 @@ class TrainBenchReport:
             "steps_per_execution_trial": {str(k): v for k, v in self.spe_trial.items()},
             "pipeline_choices": self.pipeline_choices,
             "sweep": {str(k): v for k, v in self.sweep.items()},
+            "notes": list(self.notes),
         }
 
     def describe(self) -> str:
@@ -283,14 +293,14 @@ class TrainBenchReport:
                 f"   {result.median('overall_rate'):8.1f}   "
                 f"{_percent(result.median('steady_input_bound')):>11s}   "
                 f"{result.median('val_accuracy'):.3f} ({acc_low:.3f}-{acc_high:.3f})")
+        included = "compile and cache fill" if self.tfopt_cached else "compile"
         if s.epochs > 1:
             lines.append(f"tfopt/baseline: {self.ratio():.2f}x after epoch 1, "
-                         f"{self.ratio('first_epoch_rate'):.2f}x in epoch 1 (compile and cache "
-                         f"fill included), {self.ratio('overall_rate'):.2f}x over the whole fit")
+                         f"{self.ratio('first_epoch_rate'):.2f}x in epoch 1 ({included} "
+                         f"included), {self.ratio('overall_rate'):.2f}x over the whole fit")
         else:
             lines.append(f"tfopt/baseline: {self.ratio('first_epoch_rate'):.2f}x in the one "
-                         "epoch (compile and cache fill included; --epochs 3 shows the rate "
-                         "after them)")
+                         f"epoch ({included} included; --epochs 3 shows the rate after it)")
         for name, result in self.results.items():
             lines.append(f"{name}: policy {result.policy}, steps_per_execution "
                          f"{result.steps_per_execution}, batch norm {result.batch_norm}, "
@@ -306,6 +316,7 @@ class TrainBenchReport:
             lines.extend(f"                         {size:5d}   {rate:10.1f}"
                          f"{'   best' if size == best else ''}"
                          for size, rate in self.sweep.items())
+        lines.extend(f"note: {note}" for note in self.notes)
         lines.append("tfopt's pipeline choices:")
         lines.extend("  " + line for line in self.pipeline_choices.splitlines())
         return "\n".join(lines)
@@ -333,11 +344,40 @@ class _Context:
     train_builder: PipelineBuilder
 
 
-def _tfopt_builder(settings: TrainBenchSettings, batch_size: int) -> PipelineBuilder:
-    # central crops (not random ones): the two methods must train on the same pixels
-    return PipelineBuilder(settings.source, batch_size=batch_size, training=True,
-                           image_size=settings.image_size, random_crop=False, cache="auto",
-                           seed=settings.seed, split="train")
+def _tfopt_builder(settings: TrainBenchSettings, batch_size: int,
+                   epochs: int) -> tuple[PipelineBuilder, str | None]:
+    """tfopt's training pipeline for a fit of ``epochs`` epochs at ``batch_size``, and why it
+    runs without its cache (None when it does not).
+
+    Its cache is "auto", unless ``max_steps`` cuts the fit to less than one pass over the
+    records: Keras reads them through one iterator, so such a fit never reads from a cache, and
+    tf.data discards the part filled (logging "did not fully read the dataset being cached");
+    the pipeline then runs without one.
+    """
+    def build(cache):
+        # central crops (not random ones): the two methods must train on the same pixels
+        return PipelineBuilder(settings.source, batch_size=batch_size, training=True,
+                               image_size=settings.image_size, random_crop=False, cache=cache,
+                               seed=settings.seed, split="train")
+
+    builder = build("auto")
+    steps, records = _steps(settings, builder), pass_records(builder.plan)
+    if (not settings.max_steps or steps is None or records is None
+            or builder.plan.cache is CacheMode.NONE or steps * epochs * batch_size >= records):
+        return builder, None
+    return build(False), (
+        f"--max-steps {steps} x {epochs} epoch(s) at batch {batch_size} read "
+        f"{steps * epochs * batch_size:,} of the {records:,} training examples of one pass, and "
+        "a cache is filled only by a pass read to its end: it would serve nothing and be "
+        "discarded after each fit")
+
+
+def _steps(settings: TrainBenchSettings, builder: PipelineBuilder) -> int | None:
+    """tfopt's steps per epoch: a pass, or ``max_steps`` if fewer."""
+    steps = builder.steps_per_epoch
+    if settings.max_steps:
+        steps = min(steps or settings.max_steps, settings.max_steps)
+    return steps
 
 
 def _tfopt_model(settings: TrainBenchSettings, classes: int) -> keras.Model:
@@ -357,10 +397,8 @@ def _train_once(ctx: _Context, method: str, batch_size: int, epochs: int,
         steps = settings.max_steps
     else:
         policy, spe = ctx.policy, ctx.steps_per_execution
-        builder = _tfopt_builder(settings, batch_size)
-        dataset, steps = builder.build(), builder.steps_per_epoch
-        if settings.max_steps:
-            steps = min(steps or settings.max_steps, settings.max_steps)
+        builder, _ = _tfopt_builder(settings, batch_size, epochs)
+        dataset, steps = builder.build(), _steps(settings, builder)
     if method == "baseline" and steps:
         dataset = dataset.take(steps)  # a pass of max_steps batches per epoch, restarted each epoch
         steps = None
@@ -415,7 +453,9 @@ def run_train_bench(settings: TrainBenchSettings,
     """
     say = progress or (lambda line: None)
     load = os.getloadavg()[0]
-    train_builder = _tfopt_builder(settings, settings.batch_size)
+    train_builder, uncached = _tfopt_builder(settings, settings.batch_size, settings.epochs)
+    notes = [f"tfopt's pipeline runs without its cache: {uncached}; runs of whole epochs (no "
+             "--max-steps, or more --epochs) measure it"] if uncached else []
     source = train_builder.source
     if source.image_key is None or source.label_key is None:
         raise InvalidArgumentError(f"{settings.source}: the training benchmark needs images "
@@ -477,11 +517,18 @@ def run_train_bench(settings: TrainBenchSettings,
     if settings.batch_sizes and settings.max_steps and settings.max_steps < SWEEP_MIN_STEPS:
         logger.warning("the batch-size sweep times epochs of %d steps (--max-steps): fewer "
                        "than %d make its figures noisy", settings.max_steps, SWEEP_MIN_STEPS)
+    uncached_sizes = []
     for size in settings.batch_sizes:
         # two epochs: the first compiles the model for this batch size, the second counts
         result = _train_once(ctx, "tfopt", size, SWEEP_EPOCHS, evaluate=False)
         sweep[size] = result.epoch_rates[-1]
         say(f"sweep batch {size}: {sweep[size]:.1f} examples/s")
+        if _tfopt_builder(settings, size, SWEEP_EPOCHS)[1]:
+            uncached_sizes.append(size)
+    if uncached_sizes:
+        notes.append(f"the sweep ran batch {', '.join(map(str, uncached_sizes))} without "
+                     f"tfopt's cache: --max-steps {settings.max_steps} x {SWEEP_EPOCHS} epochs "
+                     "read less than one pass there")
 
     pipelines = {
         "baseline": "TFRecordDataset -> shuffle(1000) -> map(parse_single_example, decode, "
@@ -499,7 +546,8 @@ def run_train_bench(settings: TrainBenchSettings,
                for method in METHODS}
     examples = runs["baseline"][0].epoch_examples[-1]
     return TrainBenchReport(settings, results, reason, trial, train_builder.choices.describe(),
-                            sweep, examples, eval_split, usable_cores(), load)
+                            sweep, examples, eval_split, usable_cores(), load,
+                            train_builder.plan.cache is not CacheMode.NONE, tuple(notes))
 
 
 def _count_classes(source) -> int:

@@ -65,7 +65,9 @@ def _plot_path(ctx, param, value):
               help="Alternating runs per method.")
 @click.option("--cache", type=click.Choice(["auto", "on", "off"]), default="auto",
               show_default=True, help="tfopt's cache setting.")
-@click.option("--max-batches", type=_POSITIVE, help="Cap on batches per epoch (quick runs).")
+@click.option("--max-batches", type=_POSITIVE,
+              help="Cap on batches per epoch (quick runs); below one pass in all, tfopt runs "
+                   "without its cache under --cache auto.")
 @click.option("--split", help="Manifest split [default: train when training].")
 @click.option("--tfopt-source", help="tfopt reads this copy instead (e.g. stored with "
               "convert --max-size): compares it with the others on PATH.")
@@ -126,7 +128,9 @@ def pipeline(path, batch_size, image_size, training, epochs, repeats, cache, max
               help="Comma-separated batch sizes for a tfopt throughput sweep, e.g. 32,64,128.")
 @click.option("--steps-per-execution", type=click.IntRange(min=1),
               help="tfopt's steps_per_execution [default: tuned by a short trial of 1, 4, 16].")
-@click.option("--max-steps", type=click.IntRange(min=1), help="Cap on steps per epoch.")
+@click.option("--max-steps", type=click.IntRange(min=1),
+              help="Cap on steps per epoch; below one pass in all, tfopt's pipeline runs "
+                   "without its cache.")
 @click.option("--fuse-batch-norm/--keras-batch-norm", default=True, show_default=True,
               help="tfopt's model runs batch normalisation with TensorFlow's fused kernel "
                    "(tfopt.fuse_batch_norm), or as Keras 3 does.")

@@ -136,10 +136,18 @@ def batch_size(model_spec, builtin, data, image_size, max_batch_size, memory_bud
         if data:
             from tfopt.data.pipeline import build_pipeline
 
+            # no cache: a few steps per size would only fill one in part (tf.data discards it,
+            # with a C++ warning, when the iterator goes), and a size whose steps filled it
+            # would be timed from memory while the others decode
             def dataset_fn(size):
                 return build_pipeline(data, size, training=True, image_size=image_size,
-                                      repeat=True)
+                                      repeat=True, cache=False)
         if sizes:
+            if data:
+                notes.append("the sweep reads --data without tfopt's cache, so that every "
+                             "batch size is timed decoding: a few steps per size would only "
+                             "fill a cache in part, and a size that filled it would be timed "
+                             "from memory")
             say(f"timing {steps} steps at batch sizes {', '.join(map(str, sizes))} ...")
             result = throughput_sweep(
                 model, sizes, dataset_fn=dataset_fn, steps=steps, tolerance=tolerance,

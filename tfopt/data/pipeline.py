@@ -38,6 +38,7 @@ from tfopt.data.plan import (
     Prefetch,
     Sharding,
     estimate_records,
+    partial_pass_note,
     plan,
     stall_advice,
 )
@@ -160,6 +161,16 @@ class PipelineBuilder:
         """What to do when training on this pipeline is input-bound (the input-stall
         callback's advice): its costly stage, its cache decision, the stored images' size."""
         return stall_advice(self.plan, self.facts)
+
+    def partial_pass_note(self, batches: int) -> str | None:
+        """Why the cache is wasted on a reader that takes only ``batches`` batches in all,
+        through one iterator, less than one pass (``take(3)``, ``fit`` with ``steps_per_epoch``
+        x ``epochs`` below :attr:`steps_per_epoch`): it never reads from the cache, and tf.data
+        discards the part filled. None when the cache can serve them, or there is none, or the
+        pass's length is not exact (no manifest, several workers, the tf.data service,
+        ``skip_corrupt``). The input-stall callback logs it at the start of such a fit.
+        """
+        return partial_pass_note(self.plan, batches)
 
     # -- the pipeline -----------------------------------------------------------------------
 

@@ -491,6 +491,56 @@ def stall_advice(plan_: PipelinePlan, facts: Facts) -> str:
     return "; ".join(parts)
 
 
+# -- reading a cached pipeline in part ----------------------------------------------------------
+#
+# tf.data completes a cache only when its input reports the end; an iterator that goes before
+# that (``take(3)``, a fit of fewer steps than one pass) leaves it filled in part, and tf.data
+# discards it, logging "The calling iterator did not fully read the dataset being cached" from
+# C++ (docs/data.md). Every cached stage yields one element per record, so the end of the first
+# pass is a count of records.
+
+
+def pass_records(plan_: PipelinePlan) -> int | None:
+    """Records one pass of this pipeline yields in this process, where that is exact: the
+    manifest's count, read whole (one worker, no tf.data service, nothing skipped); else None."""
+    if (plan_.records is None or plan_.skip_corrupt or plan_.service is not None
+            or plan_.workers > 1):
+        return None
+    return plan_.records
+
+
+def fill_batches(records: int, batch_size: int) -> int:
+    """Batches a reader of a repeating pipeline takes, through one iterator, after which its
+    cache is complete for certain: one element past the last record of the first pass, which
+    makes the cache's input report its end. Fewer may do (read-ahead asks for more than the
+    reader takes), but not for certain."""
+    return records // batch_size + 1
+
+
+def partial_pass_note(plan_: PipelinePlan, batches: int) -> str | None:
+    """Why the cache is wasted on a reader that takes ``batches`` batches in all, through one
+    iterator, when that is less than one pass; None when it is not (or cannot be told: no
+    cache, no exact record count).
+
+    Such a reader never gets an element from the cache (it serves only the passes after the one
+    that filled it), and tf.data discards the part it filled when the iterator goes, unless
+    read-ahead (the shuffle buffer, prefetching) happened to reach the end of the pass.
+    """
+    records = pass_records(plan_)
+    if plan_.cache is CacheMode.NONE or records is None:
+        return None
+    examples = batches * plan_.batch_size
+    if examples >= records:
+        return None
+    return (f"reads {batches:,} batches of {plan_.batch_size} in all ({examples:,} examples), "
+            f"less than one pass over the {records:,} records: the {plan_.cache.value} cache "
+            "is filled only by a pass read to its end, so it serves nothing here (and tf.data "
+            "discards a cache left part-filled, logging 'The calling iterator did not fully "
+            "read the dataset being cached'); read whole passes (at least "
+            f"{fill_batches(records, plan_.batch_size):,} batches through one iterator: "
+            "steps_per_epoch x epochs in a fit) or build the pipeline with cache=False")
+
+
 def _refuse_empty_epoch(batch: int, drop_remainder: bool, records: int | None) -> None:
     """A split smaller than one batch with drop_remainder has no batch at all: Keras then
     takes steps_per_epoch=0 for "not given" and a repeating pipeline's epoch never ends."""

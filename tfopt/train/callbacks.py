@@ -217,7 +217,9 @@ class InputStallCallback(keras.callbacks.Callback):
         pipeline: The :class:`~tfopt.PipelineBuilder` that built the training dataset, if it
             did: an input-bound epoch then gets advice from its plan (the costly stage, why
             the cache was or was not chosen, the stored images' size) instead of the generic
-            line. Defaults to None.
+            line, and a fit that reads less than one pass of its cache (``steps_per_epoch`` x
+            ``epochs``) gets one warning at its start: such a cache serves nothing and is
+            discarded (:meth:`~tfopt.PipelineBuilder.partial_pass_note`). Defaults to None.
 
     Raises:
         InvalidArgumentError: warmup_steps < 0.
@@ -245,6 +247,22 @@ class InputStallCallback(keras.callbacks.Callback):
                 "batch calls; Keras 3 reads input inside the train function, so input waits "
                 "are missed. Use probe = InputProbe(); fit(probe.instrument(dataset), ...)"
             )
+        self._note_partial_pass()
+
+    def _note_partial_pass(self):
+        """Warn once when this fit reads less than one pass of the pipeline's cached stage.
+
+        With ``steps_per_epoch`` Keras 3 keeps one iterator across the epochs (it opens a new
+        one only when a dataset of known length runs out), so the fit reads ``steps`` x
+        ``epochs`` batches through it; fewer than one pass never read from the cache.
+        """
+        params = self.params or {}
+        steps, epochs = params.get("steps"), params.get("epochs")
+        if self.pipeline is None or not steps or not epochs:
+            return
+        note = self.pipeline.partial_pass_note(steps * epochs)
+        if note:
+            logger.warning("this fit (%d steps per epoch x %d epochs) %s", steps, epochs, note)
 
     def on_epoch_begin(self, epoch, logs=None):
         self.meter.start_epoch()

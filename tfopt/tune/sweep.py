@@ -83,7 +83,9 @@ def throughput_sweep(
         model: A compiled Keras model.
         batch_sizes: The batch sizes to time, e.g. ``[32, 64, 128]``.
         dataset_fn: ``dataset_fn(batch_size)`` returns an iterable of ``(x, y)`` batches
-            (a ``tf.data.Dataset``, repeating or long enough). Defaults to random data.
+            (a ``tf.data.Dataset``, repeating or long enough; a tfopt pipeline built with
+            ``cache=False``, since a few steps would only fill a cache in part: see
+            ``docs/data.md``). Defaults to random data.
         steps: Timed steps per batch size. Defaults to 10.
         warmup: Untimed steps first. Defaults to 2.
         tolerance: See :func:`pick_batch_size`. Defaults to 0.05.
