@@ -281,6 +281,20 @@ def test_camera_photos_are_cached_at_the_scale_they_are_decoded_for_the_cache():
     assert plan(train(cache=True), PHOTOS).shuffle_elements == 26
 
 
+def test_the_cache_estimate_follows_each_sampled_photo_to_its_own_scale():
+    # half the photos 2,100 px on the shorter side (1/8 keeps 256 px), half 1,500 (1/4 only)
+    sizes = ((2100, 3150), (1500, 2000)) * 8
+    mixed = dataclasses.replace(PHOTOS, image_sizes=sizes, min_image_side=1500,
+                                mean_image_pixels=(2100 * 3150 + 1500 * 2000) / 2)
+    resolved = plan(train(), mixed)
+    per_image = ((263 * 394) + (375 * 500)) * 3 / 2  # ceil(side / 8), ceil(side / 4)
+    assert resolved.decode.ratio == 4 and resolved.decode.min_decoded_side == 256
+    assert resolved.cache_estimate_bytes == int(360 * per_image)
+    # sized from the mean pixels at the smallest photo's 1/4 it was 1.6 times that
+    assert int(360 * mixed.mean_image_pixels / 16 * 3) > 1.6 * resolved.cache_estimate_bytes
+    assert resolved.shuffle_elements == int((32 << 20) // per_image)
+
+
 def test_photos_that_are_not_jpegs_are_cached_at_full_size():
     pngs = dataclasses.replace(PHOTOS, image_encoding="png")
     resolved = plan(train(ram_budget=64 << 30), pngs)

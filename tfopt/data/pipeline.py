@@ -83,6 +83,7 @@ def read_facts(source: PipelineSource) -> Facts:
         image_encoding=source.image_encoding,
         mean_image_pixels=source.mean_image_pixels,
         min_image_side=source.min_image_side,
+        image_sizes=source.image_sizes,
         available_memory=available_memory(),
         usable_cores=usable_cores(),
         replicas=tf.distribute.get_strategy().num_replicas_in_sync,

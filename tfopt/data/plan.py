@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 import enum
 
 from tfopt.data.config import DEVICE_CROP, PipelineConfig
@@ -102,6 +103,9 @@ class DecodePlan:
         reason: One line for the pipeline's description.
         crop_fraction: The central square kept when not cropping at random, as a fraction of
             the shorter side. Defaults to 0.875.
+        min_decoded_side: Where set, each JPEG decodes at its own largest scale-down that
+            keeps its shorter side at least this (``ratio`` is then the smallest sampled
+            image's). Defaults to None (every image at ``ratio``).
     """
 
     strategy: DecodeStrategy
@@ -111,6 +115,7 @@ class DecodePlan:
     jpeg: bool
     reason: str
     crop_fraction: float = EVAL_CROP_FRACTION
+    min_decoded_side: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +134,7 @@ class Facts:
         image_encoding: ``"jpeg"``, ``"png"``, ... or ``"image"`` for mixed formats.
         mean_image_pixels: Mean height*width of the sampled images.
         min_image_side: The smallest shorter side among the sampled images.
+        image_sizes: ``(height, width)`` of each sampled image. Defaults to () (unknown).
         available_memory: Bytes of memory available (MemAvailable).
         usable_cores: CPU cores this process may run on.
         replicas: Replicas in sync of the active distribution strategy. Defaults to 1.
@@ -151,6 +157,7 @@ class Facts:
     image_encoding: str | None = None
     mean_image_pixels: float | None = None
     min_image_side: int | None = None
+    image_sizes: tuple[tuple[int, int], ...] = ()
     available_memory: int = 4 << 30
     usable_cores: int = 1
     replicas: int = 1
@@ -429,16 +436,25 @@ def _choose_cache(config: PipelineConfig, facts: Facts, target, random_crop: boo
 def cached_image_bytes(facts: Facts, target: tuple[int, int]) -> float | None:
     """Mean bytes of one decoded image in a training cache, at the scale it is decoded for it.
 
-    JPEGs go into the cache at the largest reduced scale that keeps the crop margin
-    (:func:`choose_decode`): camera photos of 3,000 px for a 224-px model are decoded at 1/8
-    or 1/4 scale, 64 or 16 times less memory than at full size, and the cache and the shuffle
-    buffer are sized from what they will hold. None when the image sizes are unknown.
+    Each JPEG goes into the cache at its own largest reduced scale that keeps the crop margin
+    (:func:`choose_decode`, :func:`jpeg_image_ratio`): camera photos of 3,000 px for a 224-px
+    model are decoded at 1/8 or 1/4 scale, 64 or 16 times less memory than at full size, and
+    the cache and the shuffle buffer are sized from what they will hold: the mean over the
+    sampled images' sizes, else from their mean pixels at the smallest one's ratio (which
+    overstates it). None when the image sizes are unknown.
     """
     if not facts.mean_image_pixels:
         return None
     side = cache_side(target)
-    ratio = (reduction_ratio(facts.min_image_side, (side, side))
-             if facts.image_encoding == "jpeg" else 1)
+    if facts.image_encoding != "jpeg":
+        return facts.mean_image_pixels * 3
+    if facts.image_sizes:
+        total = 0
+        for height, width in facts.image_sizes:
+            ratio = jpeg_image_ratio(height, width, side)
+            total += -(-height // ratio) * -(-width // ratio) * 3
+        return total / len(facts.image_sizes)
+    ratio = reduction_ratio(facts.min_image_side, (side, side))
     return facts.mean_image_pixels / (ratio * ratio) * 3
 
 
@@ -563,6 +579,23 @@ def reduction_ratio(min_side: int | None, target: tuple[int, int]) -> int:
     return 1
 
 
+def jpeg_image_ratio(height: int, width: int, min_side: int) -> int:
+    """The largest JPEG scale-down (8, 4, 2, else 1) that keeps this image's shorter side at
+    least ``min_side``: what :func:`tfopt.data.decode.decode_jpeg_scaled` decodes it at.
+
+    libjpeg rounds a scaled side up, ``ceil(side / ratio)``, and so does this.
+
+    Example:
+        >>> jpeg_image_ratio(2092, 3057, 256), jpeg_image_ratio(1500, 2000, 256)
+        (8, 4)
+    """
+    shorter = min(height, width)
+    for ratio in (8, 4, 2):
+        if -(-shorter // ratio) >= min_side:
+            return ratio
+    return 1
+
+
 def cache_side(target: tuple[int, int]) -> int:
     """Side of the square in which decoded images are cached for random crops."""
     return int(round(CACHE_SCALE * max(target)))
@@ -592,11 +625,12 @@ def choose_decode(*, encoding: str, random_crop: bool, target: tuple[int, int],
         # keep at least the crop margin of resolution: a 1/ratio image >= target x 256/224
         side = cache_side(target)
         ratio = reduction_ratio(min_side, (side, side)) if jpeg else 1
-        scale = f" at 1/{ratio} scale" if ratio > 1 else ""
+        scale = (f" at 1/{ratio} scale or less (each JPEG at its own, its shorter side kept "
+                 f">= {side} px)" if jpeg else "")
         return DecodePlan(DecodeStrategy.REDUCED if ratio > 1 else DecodeStrategy.PLAIN, ratio,
                           target, random_crop, jpeg,
                           f"decoded once{scale} into the cache; every later epoch draws its "
-                          "random crops from memory")
+                          "random crops from memory", min_decoded_side=side if jpeg else None)
     # evaluation keeps the central crop: that crop, not the whole image, must stay >= target
     kept_side = min_side if (random_crop or not min_side) else int(min_side * crop_fraction)
     ratio = reduction_ratio(kept_side, target) if jpeg else 1
@@ -604,10 +638,14 @@ def choose_decode(*, encoding: str, random_crop: bool, target: tuple[int, int],
         return DecodePlan(DecodeStrategy.PLAIN, 1, target, random_crop, False,
                           f"{encoding} images: full decode", crop_fraction=crop_fraction)
     if ratio > 1:
+        # each image keeps the target across what is cut from it: the whole shorter side for
+        # random crops (as the smallest sampled one does), the central square for evaluation
+        keep = max(target) if random_crop else math.ceil(max(target) / crop_fraction)
         return DecodePlan(DecodeStrategy.REDUCED, ratio, target, random_crop, True,
                           f"target {target[0]}x{target[1]} is at most 1/{ratio} of the smallest "
-                          f"stored side ({min_side} px): decode at 1/{ratio} scale",
-                          crop_fraction=crop_fraction)
+                          f"stored side ({min_side} px): decode at 1/{ratio} scale or less "
+                          f"(each JPEG at its own, its shorter side kept >= {keep} px)",
+                          crop_fraction=crop_fraction, min_decoded_side=keep)
     what = "random-resized-crop window" if random_crop else "central square"
     return DecodePlan(DecodeStrategy.CROP, 1, target, random_crop, True,
                       f"decode only the {what} (tf.io.decode_and_crop_jpeg)",

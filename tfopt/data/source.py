@@ -106,6 +106,7 @@ class PipelineSource:
     class_names: list[str] | None
 
     sampled_record_bytes: float | None = None  # mean size of the sampled records
+    image_sizes: tuple[tuple[int, int], ...] = ()  # (height, width) of each sampled image
 
     @property
     def mean_record_bytes(self) -> float:
@@ -180,6 +181,7 @@ def resolve_source(source, *, split: str | None = None, image_key: str | None = 
         class_names=class_names,
         # only needed without a manifest, whose counts give the mean exactly
         sampled_record_bytes=None if manifest else sample.mean_record_bytes,
+        image_sizes=image_info.sizes if image_info else (),
     )
 
 

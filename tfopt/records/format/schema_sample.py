@@ -46,6 +46,8 @@ class FeatureInfo:
         max_size: Largest image ``(height, width)`` seen, for image features.
         example: A short rendering of the first value.
         mean_pixels: Mean ``height * width`` of the sampled images, for image features.
+        sizes: Every sampled image's ``(height, width)``, for image features (the sample is
+            bounded, so is this).
         records: Records read: ``present_in`` below it means the feature is optional.
         kinds: The list types seen; two or more make ``kind`` "mixed".
     """
@@ -62,6 +64,7 @@ class FeatureInfo:
     mean_pixels: float | None = None
     records: int = 0
     kinds: tuple[str, ...] = ()
+    sizes: tuple[tuple[int, int], ...] = ()
 
     @property
     def optional(self) -> bool:
@@ -306,6 +309,7 @@ def _observe(stat: dict, feature) -> None:
                 pixels = height * width
                 stat["pixels"] = stat.get("pixels", 0) + pixels
                 stat["sized"] = stat.get("sized", 0) + 1
+                stat.setdefault("sizes", []).append((height, width))
                 if "min_size" not in stat or pixels < stat["min_size"][0] * stat["min_size"][1]:
                     stat["min_size"] = (height, width)
                 if "max_size" not in stat or pixels > stat["max_size"][0] * stat["max_size"][1]:
@@ -336,7 +340,8 @@ def _feature_info(name: str, stat: dict, records: int) -> FeatureInfo:
             mean_pixels = stat["pixels"] / stat["sized"]
     return FeatureInfo(name, kind, stat["min"], stat["max"], stat["present"], image_format,
                        min_size, max_size, stat.get("example", ""), mean_pixels,
-                       records=records, kinds=tuple(sorted(kinds)))
+                       records=records, kinds=tuple(sorted(kinds)),
+                       sizes=tuple(stat.get("sizes", ())) if image_format else ())
 
 
 def pick_image_key(features: list[FeatureInfo]) -> str | None:
