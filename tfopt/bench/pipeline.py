@@ -107,7 +107,7 @@ class MethodResult:
     method: str
     epoch_rates: list[list[float]]  # [epoch][repeat]
     cpu_utilisation: float  # process CPU seconds / (wall seconds x cores), over all its runs
-    peak_rss: int | None = None  # bytes: the process's peak resident memory over its runs
+    peak_rss: int | None = None  # bytes: the process's peak resident memory in its first run
 
     def median(self, epoch: int = 0) -> float:
         return statistics.median(self.epoch_rates[epoch])
@@ -195,8 +195,9 @@ class BenchReport:
             lines.append(f"{name:12s} {cells}  {result.cpu_utilisation:4.0%}  "
                          f"{_mib(result.peak_rss):>9s}")
         budget = f"; tfopt's RAM budget (its cache and tf.data's buffers) {_mib(self.ram_budget)}"
-        lines.append("peak RSS: this whole process (TensorFlow's runtime included) while the "
-                     "method ran" + (budget if self.ram_budget else ""))
+        lines.append("peak RSS: this whole process (TensorFlow's runtime included) in the "
+                     "method's first run, at least what the runs before it left resident"
+                     + (budget if self.ram_budget else ""))
         for mine in (name for name in self.results if name.startswith("tfopt")):
             for other in (name for name in self.results if not name.startswith("tfopt")):
                 ratios = ", ".join(f"{self.ratio(mine, other, e):.2f}x"
@@ -324,7 +325,11 @@ def run_pipeline_bench(settings: BenchSettings, methods=None, progress=None) -> 
                 lambda count=count: builder(service=local.address(count)).build())
         for repeat in range(settings.repeats):
             for run in runs:
-                measured_peak = reset_peak_rss()
+                # the first round only: memory an earlier run freed stays resident (the
+                # process keeps it for reuse; a garbage collection and malloc_trim do not hand
+                # back a cache's gigabyte here), so a later round's peak would carry the
+                # largest earlier one
+                measured_peak = repeat == 0 and reset_peak_rss()
                 dataset = factories[run]()
                 count = int(run.removeprefix("service-")) if run.startswith("service-") else 0
                 before_cpu, before_wall = _cpu_seconds(local, count), time.perf_counter()

@@ -6,11 +6,12 @@ this module carries it out. Three ways to turn encoded bytes into a fixed-size u
 - ``decode_and_crop``: a JPEG decodes only its crop window (``tf.io.decode_and_crop_jpeg``):
   rows below the window are never read and pixels outside it skip the inverse DCT. Used for
   random-resized-crop training and for evaluation's central crop.
-- ``reduced``: a JPEG decodes at 1/2, 1/4 or 1/8 scale (``ratio``) when even the reduced image
-  is at least the target size: the pixel work shrinks with the square of the ratio. Entropy
-  decoding does not shrink, so on noisy photos the gain is modest (about 1.15x measured here):
-  it is an option that is never slower, not the lever.
-- ``plain``: a full decode (PNG, GIF, BMP, mixed formats, and images to be cached decoded).
+- ``reduced``: a JPEG decodes at 1/2, 1/4 or 1/8 scale when even the reduced image keeps the
+  side the plan needs, each at its own ratio (:func:`decode_jpeg_scaled`): the pixel work
+  shrinks with the square of the ratio. Entropy decoding does not shrink, so on noisy photos
+  the gain is modest (1.2-1.6x a full decode measured here): never slower, not the lever.
+- ``plain``: a full decode (PNG, GIF, BMP, mixed formats); JPEGs going whole into the decoded
+  cache also take their own reduced scale there.
 
 All functions here run inside tf.data maps (graph mode) on one example.
 

@@ -625,8 +625,13 @@ def choose_decode(*, encoding: str, random_crop: bool, target: tuple[int, int],
         # keep at least the crop margin of resolution: a 1/ratio image >= target x 256/224
         side = cache_side(target)
         ratio = reduction_ratio(min_side, (side, side)) if jpeg else 1
-        scale = (f" at 1/{ratio} scale or less (each JPEG at its own, its shorter side kept "
-                 f">= {side} px)" if jpeg else "")
+        if not jpeg:
+            scale = ""
+        elif ratio > 1:
+            scale = (f" at 1/{ratio} scale or less (each JPEG at its own, its shorter side "
+                     f"kept >= {side} px)")
+        else:
+            scale = f" (a JPEG at a reduced scale where its shorter side keeps >= {side} px)"
         return DecodePlan(DecodeStrategy.REDUCED if ratio > 1 else DecodeStrategy.PLAIN, ratio,
                           target, random_crop, jpeg,
                           f"decoded once{scale} into the cache; every later epoch draws its "
