@@ -25,6 +25,7 @@ LAYERS = {
     "tfopt.records": "records",
     "tfopt.distribute": "distribute",
     "tfopt.data": "data",
+    "tfopt.analysis": "analysis",
     "tfopt.train": "train",
     "tfopt.models": "models",
     "tfopt.tune": "tune",
@@ -41,12 +42,14 @@ ALLOWED = {
     "records": {"foundation"},
     "distribute": {"foundation"},
     "data": {"foundation", "records", "distribute"},
+    "analysis": {"foundation"},
     "models": {"foundation"},
     "train": {"foundation", "gpu", "data", "distribute", "models"},
     "tune": {"foundation", "gpu", "data", "models", "train"},
-    "bench": {"foundation", "gpu", "records", "distribute", "data", "models", "train", "tune"},
-    "cli": {"foundation", "gpu", "records", "distribute", "data", "models", "train", "tune",
-            "bench"},
+    "bench": {"foundation", "gpu", "records", "distribute", "data", "analysis", "models", "train",
+              "tune"},
+    "cli": {"foundation", "gpu", "records", "distribute", "data", "analysis", "models", "train",
+            "tune", "bench"},
     "api": {"foundation"},
 }
 
@@ -55,7 +58,8 @@ ALLOWED = {
 TENSORFLOW_FREE = ["tfopt.records", "tfopt.gpu", "tfopt.cli", "tfopt.distribute.cluster",
                    "tfopt.distribute.launch", "tfopt._supervisor", "tfopt.data.config",
                    "tfopt.data.plan", "tfopt.data.choices", "tfopt.data.service",
-                   "tfopt.tune.search", "tfopt.models"]
+                   "tfopt.tune.search", "tfopt.models", "tfopt.analysis.report",
+                   "tfopt.analysis.advice", "tfopt.analysis.analyze"]
 
 
 def module_name(path: Path) -> str:

@@ -30,3 +30,11 @@ def test_import_tfopt_imports_no_tensorflow():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["False", "False"]
+
+
+def test_analyze_is_the_function_even_after_its_package_is_imported():
+    # the package is tfopt.analysis: a tfopt/analyze/ package would shadow the function
+    import tfopt.analysis.report  # noqa: F401
+
+    assert callable(tfopt.analyze) and tfopt.analyze.__name__ == "analyze"
+    assert tfopt.PipelineReport.__module__ == "tfopt.analysis.report"

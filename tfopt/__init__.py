@@ -24,6 +24,7 @@ from tfopt.errors import (
     OutputExistsError,
     SourceError,
     TfoptError,
+    UnsupportedDatasetError,
 )
 
 # Public name -> module that defines it. Resolved lazily by __getattr__ below.
@@ -52,6 +53,9 @@ _LAZY_EXPORTS = {
     "sample_crop_boxes": "tfopt.data.augment.functional",
     "start_dispatcher": "tfopt.data.service",
     "start_worker": "tfopt.data.service",
+    # analysis: any tf.data pipeline's stages, bottleneck and fixes
+    "analyze": "tfopt.analysis.analyze",
+    "PipelineReport": "tfopt.analysis.report",
     # train: precision policy and gradient accumulation
     "choose_policy": "tfopt.train.precision",
     "PolicyChoice": "tfopt.train.precision",
@@ -121,6 +125,7 @@ __all__ = [
     "OutputExistsError",
     "DiskFullError",
     "GpuUnavailableError",
+    "UnsupportedDatasetError",
     *_LAZY_EXPORTS,
 ]
 

@@ -48,3 +48,7 @@ class DiskFullError(TfoptError):
 
 class GpuUnavailableError(TfoptError):
     """NVML or an NVIDIA GPU is not available (the reason is in the message)."""
+
+
+class UnsupportedDatasetError(TfoptError):
+    """A ``tf.data`` pipeline ``tfopt.analyze`` cannot read or rebuild (the op is named)."""

@@ -1,0 +1,159 @@
+"""tfopt.analyze on real pipelines: the bottleneck, the recommendations, what each stage runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import slow, tf
+
+import tfopt
+from tfopt.errors import InvalidArgumentError, UnsupportedDatasetError
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+def no_static_rewrites() -> tf.data.Options:
+    # TensorFlow 2.21 parallelises a stateless map itself (map_parallelization, or
+    # map_and_batch_fusion before a batch); without those rewrites the map runs as written
+    options = tf.data.Options()
+    options.experimental_optimization.apply_default_optimizations = False
+    return options
+
+
+def test_a_sequential_slow_map_is_the_bottleneck_and_gets_parallelize():
+    dataset = (tf.data.Dataset.range(10**9, name="ids").map(slow, name="slow").batch(16)
+               .repeat().with_options(no_static_rewrites()))
+    report = tfopt.analyze(dataset, seconds=1.5, cores=2)
+    assert [s.label for s in report.stages][:2] == ["ids", "slow"]
+    assert report.stage("slow").runtime_parallelism is None  # sequential: no parameter
+    assert report.bottleneck == "slow"
+    (parallelize,) = [r for r in report.recommendations if r.kind == "parallelize"]
+    assert parallelize.stage == "slow"
+    assert parallelize.expected_speedup > 1.3
+    assert "num_parallel_calls" in parallelize.message
+    assert report.ceiling_per_s > report.predicted_per_s
+    assert "MatMul" in report.stage("slow").heavy_ops
+    assert report.seconds < 6  # near the budget, not a multiple of it
+
+
+def test_the_same_pipeline_parallel_and_prefetched_gets_no_parallelize_nor_prefetch():
+    dataset = (tf.data.Dataset.range(10**9).map(slow, num_parallel_calls=AUTOTUNE, name="slow")
+               .batch(16).prefetch(AUTOTUNE).with_options(no_static_rewrites()))
+    report = tfopt.analyze(dataset, seconds=1.5, cores=2)
+    assert report.bottleneck == "slow"
+    assert "parallelize" not in report.kinds()
+    assert "prefetch" not in report.kinds()
+    stage = report.stage("slow")
+    assert stage.parallelism == -1
+    # what AUTOTUNE chose, read from get_model_proto
+    assert stage.runtime_parallelism is not None and stage.runtime_parallelism >= 1
+    assert report.autotune_model
+
+
+def test_a_map_tensorflow_parallelises_itself_gets_no_parallelize():
+    dataset = tf.data.Dataset.range(10**9).map(slow, name="slow").repeat()
+    report = tfopt.analyze(dataset, seconds=1.0, cores=2)
+    assert report.stage("slow").parallelism is None  # sequential as written ...
+    assert report.stage("slow").runtime_parallelism >= 1  # ... a ParallelMap as it runs
+    assert "parallelize" not in report.kinds()
+
+
+def test_a_pipeline_without_prefetch_gets_prefetch_and_one_with_it_does_not():
+    plain = tf.data.Dataset.range(1000).map(lambda x: x + 1).batch(10)
+    report = tfopt.analyze(plain, seconds=0.6)
+    (prefetch,) = [r for r in report.recommendations if r.kind == "prefetch"]
+    assert prefetch.stage == report.stages[-1].label
+    assert "prefetch(tf.data.AUTOTUNE)" in prefetch.message
+    assert "prefetch" not in tfopt.analyze(plain.prefetch(2), seconds=0.6).kinds()
+
+
+def test_user_names_python_random_and_heavy_ops_are_read_from_each_stage(jpeg_bytes):
+    dataset = (tf.data.Dataset.from_tensors(jpeg_bytes).repeat(200)
+               .map(tf.io.decode_jpeg, name="decode")
+               .map(lambda image: tf.py_function(lambda i: i, [image], tf.uint8), name="py")
+               .map(lambda image: tf.image.random_flip_left_right(image), name="flip")
+               .shuffle(8, name="mix"))
+    report = tfopt.analyze(dataset, seconds=0.8)
+    labels = [s.label for s in report.stages]
+    assert labels[-4:] == ["decode", "py", "flip", "mix"]
+    assert report.stage("decode").heavy_ops == ("DecodeJpeg",)
+    assert [s.label for s in report.stages if s.python] == ["py"]
+    assert [s.label for s in report.stages if s.random] == ["flip", "mix"]
+    assert report.stages[0].name is None and report.stages[0].label == "tensor#0"
+
+
+def test_from_generator_is_a_python_stage():
+    generator = tf.data.Dataset.from_generator(
+        lambda: iter(range(50)), output_signature=tf.TensorSpec([], tf.int64))
+    report = tfopt.analyze(generator.map(lambda x: x * 2), seconds=0.5)
+    assert [s.op for s in report.stages if s.python] == ["FlatMapDataset"]
+    assert not report.stages[-1].python
+
+
+def test_a_cache_is_measured_fresh_and_the_original_is_left_alone():
+    calls = []
+
+    def count(x):
+        calls.append(1)
+        return x
+
+    dataset = (tf.data.Dataset.range(20)
+               .map(lambda x: tf.py_function(count, [x], tf.int64)).cache().repeat())
+    tfopt.analyze(dataset, seconds=0.5)
+    analysed = len(calls)
+    # every prefix with the cache in it filled a fresh one: the map ran once per such prefix
+    assert analysed >= 3 * 20
+    # the user's own cache was not filled by the analysis: iterating it runs the map
+    list(dataset.take(20).as_numpy_iterator())
+    assert len(calls) == analysed + 20
+
+
+def test_an_infinite_repeat_is_measured_in_about_the_budget():
+    report = tfopt.analyze(tf.data.Dataset.range(10).repeat(), seconds=0.5)
+    assert report.rate_per_s > 1000
+    assert report.seconds < 3
+
+
+def test_autotune_off_still_analyses_from_prefix_rates():
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    options.experimental_optimization.apply_default_optimizations = False
+    dataset = tf.data.Dataset.range(10**9).map(slow).batch(8).with_options(options)
+    report = tfopt.analyze(dataset, seconds=1.0, cores=2)
+    assert not report.autotune_model
+    assert any("autotuning is off" in note for note in report.notes)
+    assert report.stages[1].self_time_s > 0
+    assert report.bottleneck == report.stages[1].label
+
+
+def test_describe_and_to_json():
+    report = tfopt.analyze(tf.data.Dataset.range(100).map(slow, name="slow"), seconds=0.5)
+    table = report.describe()
+    assert "slow" in table and "ceiling" in table and "prefetch" in table
+    data = json.loads(report.to_json())
+    assert {"stages", "bottleneck", "ceiling_per_s", "recommendations"} <= set(data)
+    assert data["stages"][1]["label"] == "slow"
+    assert data["recommendations"][0]["kind"] in ("parallelize", "prefetch")
+
+
+def test_zip_is_refused_with_one_line_naming_the_op():
+    zipped = tf.data.Dataset.zip((tf.data.Dataset.range(3), tf.data.Dataset.range(3)))
+    with pytest.raises(UnsupportedDatasetError, match="ZipDataset") as error:
+        tfopt.analyze(zipped, seconds=0.5)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    ({"seconds": 0}, "seconds=0"), ({"seconds": True}, "seconds=True"),
+    ({"seconds": float("nan")}, "seconds=nan"), ({"cores": 0}, "cores=0"),
+    ({"cores": 1.5}, "cores=1.5"), ({"ram_budget": -1}, "ram_budget=-1"),
+])
+def test_bad_arguments_name_the_argument(kwargs, named):
+    with pytest.raises(InvalidArgumentError, match=named.replace("(", r"\(")):
+        tfopt.analyze(tf.data.Dataset.range(3), **kwargs)
+
+
+def test_a_non_dataset_is_named():
+    with pytest.raises(InvalidArgumentError, match=r"dataset=\[1, 2\]: expected a tf.data"):
+        tfopt.analyze([1, 2])

@@ -1,0 +1,220 @@
+"""A dataset's graph read into stages, source to output, and cut into prefixes.
+
+Each stage is one dataset op of the serialised graph (``tfapi.serialize``): its op, the user's
+``name=``, the parallelism its graph asks for, and what its functions (nested ones included)
+run: heavy TensorFlow ops, random ops, Python. Graphs with more than one dataset input to an op
+(``zip``, ``concatenate``, sampling) are refused for now with the op named.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+
+import tensorflow as tf
+from tensorflow.core.framework import dataset_metadata_pb2, graph_pb2
+
+from tfopt.analysis import tfapi
+from tfopt.errors import UnsupportedDatasetError
+
+# Ops inside a stage's function worth naming: decoding, resizing, parsing, big arithmetic.
+HEAVY_OPS = frozenset({
+    "DecodeJpeg", "DecodeAndCropJpeg", "DecodePng", "DecodeImage", "DecodeBmp", "DecodeGif",
+    "DecodeWebP", "DecodeRaw", "DecodeCompressed", "ResizeBilinear", "ResizeBicubic",
+    "ResizeNearestNeighbor", "ResizeArea", "ScaleAndTranslate", "CropAndResize",
+    "ImageProjectiveTransformV3", "ParseExampleV2", "ParseSingleExample",
+    "ParseSequenceExampleV2", "MatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D",
+    "ReadFile", "EncodeJpeg", "EncodePng", "AdjustContrastv2", "AdjustHue", "AdjustSaturation",
+})
+# Stateful random ops, tf.random.Generator's ops and stateless ones. A stateless op is random
+# too: its seed comes from somewhere per element (a counter, a Generator, the element), and a
+# cache placed above it would freeze what it draws as surely as for a stateful op.
+_RANDOM_PREFIXES = ("Random", "StatelessRandom", "StatefulUniform", "StatefulStandardNormal",
+                    "StatefulTruncatedNormal", "StatefulRandom", "StatelessTruncatedNormal",
+                    "StatelessMultinomial", "StatelessParameterizedTruncatedNormal",
+                    "RngReadAndSkip", "RngSkip", "Multinomial", "TruncatedNormal",
+                    "ParameterizedTruncatedNormal", "AnonymousSeedGenerator")
+PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
+# Dataset ops that are random themselves.
+_RANDOM_DATASETS = ("ShuffleDataset", "ShuffleAndRepeatDataset", "RandomDataset",
+                    "SamplingDataset")
+# The Const input holding the parallelism, by op: its index among the data inputs (-1: the
+# last, after the function's captured arguments).
+_PARALLELISM_INPUT = {
+    "ParallelMapDataset": -1, "ParallelMapDatasetV2": -1, "ParallelBatchDataset": 2,
+    "ParallelInterleaveDatasetV2": -1, "ParallelInterleaveDatasetV3": -1,
+    "ParallelInterleaveDatasetV4": -1, "ParallelFilterDataset": -1, "MapAndBatchDataset": -2,
+}
+AUTOTUNE = -1
+_DEFAULT_NAME = re.compile(r"[A-Za-z0-9_]+:\d+")
+
+
+@dataclass(frozen=True)
+class GraphStage:
+    """One dataset op of the graph."""
+
+    node: str  # the node's name in the GraphDef
+    op: str
+    name: str | None  # the user's name=, None where TensorFlow named it
+    parallelism: int | None  # the graph's num_parallel_calls (-1: AUTOTUNE); None: sequential
+    heavy_ops: tuple[str, ...]
+    random: bool
+    python: bool
+    batch_size: int | None  # batch ops: elements in per element out
+
+
+def read_graph(dataset: tf.data.Dataset) -> tuple[graph_pb2.GraphDef, list[GraphStage]]:
+    """The dataset's GraphDef and its stages from source to output (options nodes left out).
+
+    Raises:
+        UnsupportedDatasetError: the graph cannot be serialised, or is not a chain.
+    """
+    graph_def = tfapi.serialize(dataset)
+    nodes = {node.name: node for node in graph_def.node}
+    functions = {function.signature.name: function for function in graph_def.library.function}
+    (retval,) = [node for node in graph_def.node if node.op == "_Retval"]
+    chain = []
+    current = nodes[_source_name(retval.input[0])]
+    while True:
+        dataset_inputs = [nodes[_source_name(name)] for name in current.input
+                          if not name.startswith("^") and _is_dataset(nodes[_source_name(name)])]
+        if len(dataset_inputs) > 1:
+            raise UnsupportedDatasetError(
+                f"{current.op} (node {current.name}) joins {len(dataset_inputs)} datasets; "
+                f"tfopt.analyze reads a single chain of stages for now (no zip, concatenate "
+                f"or sampling from several datasets)")
+        if current.op != "OptionsDataset":
+            chain.append(current)
+        if not dataset_inputs:
+            break
+        current = dataset_inputs[0]
+    chain.reverse()
+    return graph_def, [_stage(node, nodes, functions) for node in chain]
+
+
+def prefix_graph(graph_def: graph_pb2.GraphDef, node: str):
+    """A copy of ``graph_def`` whose output is ``node``, with nodes it does not need removed
+    and fresh caches and seed generators, and the element spec of that node's output."""
+    graph = copy.deepcopy(graph_def)
+    nodes = {n.name: n for n in graph.node}
+    (retval,) = [n for n in graph.node if n.op == "_Retval"]
+    retval.input[0] = node
+    needed, todo = {retval.name}, [node]
+    while todo:
+        name = _source_name(todo.pop())
+        if name not in needed:
+            needed.add(name)
+            todo.extend(nodes[name].input)
+    for name in [n.name for n in graph.node if n.name not in needed]:
+        graph.node.remove(nodes[name])
+    _fresh_resources(graph)
+    target = nodes[node]
+    spec = tuple(tf.TensorSpec(tf.TensorShape(shape), tf.dtypes.as_dtype(dtype))
+                 for shape, dtype in zip(target.attr["output_shapes"].list.shape,
+                                         _types(target), strict=True))
+    return graph, spec[0] if len(spec) == 1 else spec
+
+
+def _types(node) -> list:
+    key = "output_types" if "output_types" in node.attr else "Toutput_types"  # TensorDataset
+    return list(node.attr[key].list.type)
+
+
+def _fresh_resources(graph: graph_pb2.GraphDef) -> None:
+    """Give every cache and shuffle its own resource: the serialised graph points at the
+    original's (a cache it filled, the seed generator it advanced)."""
+    consumers = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(_source_name(name), []).append(node.op)
+    for node in graph.node:
+        if node.op != "Const" or node.attr["dtype"].type != tf.resource.as_datatype_enum:
+            continue
+        ops = {tfapi.fresh_resource_op(op) for op in consumers.get(node.name, [])}
+        if len(ops) == 1 and None not in ops:
+            (fresh,) = ops
+            node.op = fresh
+            node.attr.clear()
+
+
+def _stage(node, nodes, functions) -> GraphStage:
+    heavy, random, python = set(), node.op.startswith(_RANDOM_DATASETS), False
+    for op in _function_ops(node, functions):
+        heavy |= {op} & HEAVY_OPS
+        random = random or op.startswith(_RANDOM_PREFIXES)
+        python = python or op in PYTHON_OPS
+    return GraphStage(node=node.name, op=node.op, name=_user_name(node),
+                      parallelism=_parallelism(node, nodes), heavy_ops=tuple(sorted(heavy)),
+                      random=random, python=python, batch_size=_batch_size(node, nodes))
+
+
+def _function_ops(node, functions) -> list[str]:
+    """Every op in the functions ``node`` calls, nested calls included."""
+    seen, ops = set(), []
+    todo = [name for name in _called(node) if name in functions]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for inner in functions[name].node_def:
+            ops.append(inner.op)
+            todo.extend(f for f in _called(inner) if f in functions)
+            if inner.op in functions:  # a function called by its name as an op
+                todo.append(inner.op)
+    return ops
+
+
+def _called(node) -> list[str]:
+    names = []
+    for value in node.attr.values():
+        if value.func.name:
+            names.append(value.func.name)
+        names.extend(f.name for f in value.list.func)
+    return names
+
+
+def _user_name(node) -> str | None:
+    if "metadata" not in node.attr or not node.attr["metadata"].s:
+        return None
+    metadata = dataset_metadata_pb2.Metadata()
+    metadata.ParseFromString(node.attr["metadata"].s)
+    name = metadata.name.decode("utf-8", "replace") if isinstance(metadata.name, bytes) else metadata.name
+    return None if not name or _DEFAULT_NAME.fullmatch(name) else name
+
+
+def _const_int(nodes, input_name) -> int | None:
+    node = nodes.get(_source_name(input_name))
+    if node is None or node.op != "Const":
+        return None
+    values = tf.make_ndarray(node.attr["value"].tensor).reshape(-1)
+    return int(values[0]) if values.size == 1 else None
+
+
+def _data_inputs(node) -> list[str]:
+    return [name for name in node.input if not name.startswith("^")]
+
+
+def _parallelism(node, nodes) -> int | None:
+    index = _PARALLELISM_INPUT.get(node.op)
+    inputs = _data_inputs(node)
+    if index is None or index >= len(inputs):
+        return None
+    return _const_int(nodes, inputs[index])
+
+
+def _batch_size(node, nodes) -> int | None:
+    if node.op in ("BatchDataset", "BatchDatasetV2", "ParallelBatchDataset",
+                   "PaddedBatchDataset", "PaddedBatchDatasetV2", "MapAndBatchDataset"):
+        inputs = _data_inputs(node)
+        return _const_int(nodes, inputs[-3] if node.op == "MapAndBatchDataset" else inputs[1])
+    return None
+
+
+def _is_dataset(node) -> bool:
+    return "output_shapes" in node.attr and "Dataset" in node.op
+
+
+def _source_name(input_name: str) -> str:
+    return input_name.lstrip("^").split(":")[0]

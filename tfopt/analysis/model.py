@@ -1,0 +1,109 @@
+"""What ``tf.data.experimental.get_model_proto`` says about each stage.
+
+The model is the pipeline as it runs: after TensorFlow's static optimisations, which fuse a map
+into the batch after it (``MapAndBatch``), parallelise a sequential map (``map_parallelization``)
+and add a prefetch at the end (``inject_prefetch``). Its nodes are matched to the graph's stages
+from the output down; a node the graph lacks (an injected prefetch, a cache's inner node) is
+noted, not matched, and matching stops at the first node it cannot explain.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from tfopt.analysis.graph import GraphStage
+
+
+@dataclass(frozen=True)
+class ModelNode:
+    """One node of the model: its own counters, summed over its threads."""
+
+    name: str  # "ParallelMapV2", "MapAndBatch", "Prefetch", ...
+    elements: int
+    processing_ns: int  # self time, wall clock, summed over the node's threads
+    bytes_produced: int
+    bytes_buffered: int
+    parameters: dict[str, float] = field(default_factory=dict)  # parallelism, buffer_size, ...
+    tunable: frozenset[str] = frozenset()  # the parameters AUTOTUNE sets
+
+    @property
+    def parallelism(self) -> int | None:
+        value = self.parameters.get("parallelism")
+        return None if value is None else int(value)
+
+
+@dataclass(frozen=True)
+class ModelReading:
+    output_elements: int  # elements the pipeline's root produced
+    cpu_budget: int
+    by_stage: dict[str, ModelNode]  # graph node name -> its model node
+    fused_into_next: frozenset[str]  # graph nodes whose work runs in the next stage's node
+    injected_prefetch: bool  # a Prefetch at the output that the graph does not have
+
+
+def chain(proto) -> list[ModelNode]:
+    """The model's nodes from the output down (first input of each), the root left out."""
+    nodes, out = proto.nodes, []
+    key = proto.output
+    while key in nodes:
+        node = nodes[key]
+        if node.name != "Root":
+            out.append(ModelNode(
+                name=node.name, elements=int(node.num_elements),
+                processing_ns=int(node.processing_time), bytes_produced=int(node.bytes_produced),
+                bytes_buffered=int(node.buffered_bytes),
+                # state_value is what runs now; value is the model's last recommendation
+                parameters={p.name: float(p.state_value or p.value) for p in node.parameters},
+                tunable=frozenset(p.name for p in node.parameters if p.tunable)))
+        if not node.inputs:
+            break
+        key = node.inputs[0]
+    return out
+
+
+def read_model(proto, stages: list[GraphStage]) -> ModelReading:
+    """Match the model's nodes to ``stages`` (source to output)."""
+    model = chain(proto)
+    root = proto.nodes[proto.output]
+    output_elements = int(root.num_elements) or (model[0].elements if model else 0)
+    by_stage, fused, injected = {}, set(), False
+    graph = list(reversed(stages))  # output first, like the model
+    g = 0
+    for index, node in enumerate(model):
+        if g >= len(graph):
+            break
+        stage = graph[g]
+        kind = _norm(node.name)
+        if kind == "prefetch" and _norm(stage.op) != "prefetch":
+            injected = injected or index == 0
+            continue
+        if kind == "mapandbatch" and _norm(stage.op) in ("batch", "parallelbatch") and (
+                g + 1 < len(graph) and _norm(graph[g + 1].op) in ("map", "parallelmap")):
+            by_stage[stage.node] = node
+            by_stage[graph[g + 1].node] = node
+            fused.add(graph[g + 1].node)
+            g += 2
+            continue
+        if kind.endswith("impl") and index > 0 and _norm(model[index - 1].name).endswith(
+                kind[:-4]):
+            continue  # a cache's inner node
+        if _matches(kind, _norm(stage.op)):
+            by_stage[stage.node] = node
+            g += 1
+            continue
+        break  # a rewrite this module does not know: leave the rest unmatched
+    budget = int(proto.optimization_params.cpu_budget) if proto.HasField(
+        "optimization_params") else 0
+    return ModelReading(output_elements, budget, by_stage, frozenset(fused), injected)
+
+
+def _norm(op: str) -> str:
+    """``ParallelMapDatasetV2`` and ``ParallelMapV2`` -> ``parallelmap``."""
+    return re.sub(r"v\d+$", "", op.lower().replace("dataset", ""))
+
+
+def _matches(model_kind: str, graph_kind: str) -> bool:
+    # ForeverRepeat ~ Repeat, MemoryCache ~ Cache, ParallelMap ~ Map (map_parallelization),
+    # ParallelBatch ~ Batch (parallel_batch)
+    return model_kind == graph_kind or model_kind.endswith(graph_kind)

@@ -1,0 +1,159 @@
+"""What ``tfopt.analyze`` found: stages, bottleneck, ceiling, recommendations (TensorFlow-free).
+
+Rates are elements per second. A stage's own rates (``per_core_rate``, ``prefix_rate``) count
+its own elements (before a ``batch``: examples; after it: batches); ``ceiling_per_s`` and
+``rate_per_s`` count the pipeline's output elements.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of the pipeline, source first."""
+
+    index: int
+    op: str  # the graph's op, e.g. "ParallelMapDatasetV2"
+    name: str | None  # the user's name=, None where none was given
+    parallelism: int | None  # what the graph asks for: -1 AUTOTUNE, None sequential
+    runtime_parallelism: int | None  # what runs: AUTOTUNE's choice, or a rewrite's (model)
+    self_time_s: float | None  # own processing time per own element (model, wall clock)
+    per_core_rate: float | None  # own elements per second of one core (1 / self time)
+    prefix_rate: float | None  # measured elements/s of the pipeline cut after this stage
+    elements_per_output: float  # own elements per output element (a batch of 8: 8 below it)
+    bytes_per_element: float | None
+    random: bool  # shuffles, or its function draws random numbers
+    python: bool  # its function runs Python (py_function, numpy_function, from_generator)
+    heavy_ops: tuple[str, ...] = ()  # e.g. ("DecodeJpeg",)
+    fused: bool = False  # TensorFlow runs it inside the next stage (map + batch)
+
+    @property
+    def label(self) -> str:
+        """The user's name, else a short op name with the stage's index (``map#2``)."""
+        if self.name:
+            return self.name
+        op = self.op.replace("Dataset", "")
+        op = op[:-2] if op[-2:-1] == "V" and op[-1].isdigit() else op
+        if op[1:2].islower():  # MapDataset -> map#2; TFRecordDataset -> TFRecord#0
+            op = op[:1].lower() + op[1:]
+        return f"{op}#{self.index}"
+
+    @property
+    def cost_s(self) -> float:
+        """CPU seconds this stage spends per output element (0 where unknown)."""
+        if self.self_time_s is None:
+            return 0.0
+        return self.self_time_s * self.elements_per_output
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    kind: str  # "parallelize", "prefetch", ...
+    stage: str  # the stage's label
+    expected_speedup: float  # the model's output rate after / before
+    message: str  # a sentence a user can act on
+
+
+@dataclass(frozen=True)
+class PipelineReport:
+    """The analysis of one pipeline (``tfopt.analyze``)."""
+
+    stages: tuple[Stage, ...]
+    bottleneck: str | None  # the label of the stage that limits throughput
+    ceiling_per_s: float | None  # output elements/s with ideal parallelism on `cores`
+    rate_per_s: float  # measured output elements/s, as written
+    predicted_per_s: float | None  # the model's output rate, as written
+    cores: int
+    recommendations: tuple[Recommendation, ...]
+    autotune_model: bool  # get_model_proto answered (False: autotuning is off)
+    notes: tuple[str, ...] = ()
+    seconds: float = 0.0  # how long the analysis took
+    ram_budget: int | None = None
+    extra: dict = field(default_factory=dict)
+
+    def stage(self, label: str) -> Stage:
+        """The stage with this label (the user's ``name=`` or ``map#2``)."""
+        for stage in self.stages:
+            if stage.label == label:
+                return stage
+        raise KeyError(label)
+
+    def kinds(self) -> list[str]:
+        return [r.kind for r in self.recommendations]
+
+    def to_json(self) -> str:
+        def stage_dict(stage: Stage) -> dict:
+            out = asdict(stage)
+            out["label"] = stage.label
+            out["heavy_ops"] = list(stage.heavy_ops)
+            return out
+
+        data = {
+            "stages": [stage_dict(s) for s in self.stages],
+            "bottleneck": self.bottleneck,
+            "ceiling_per_s": self.ceiling_per_s,
+            "rate_per_s": self.rate_per_s,
+            "predicted_per_s": self.predicted_per_s,
+            "cores": self.cores,
+            "recommendations": [asdict(r) for r in self.recommendations],
+            "autotune_model": self.autotune_model,
+            "notes": list(self.notes),
+            "seconds": self.seconds,
+            "ram_budget": self.ram_budget,
+        }
+        return json.dumps(_finite(data), indent=2)
+
+    def describe(self) -> str:
+        header = ("#", "stage", "op", "parallel", "self us", "per core/s", "prefix/s",
+                  "per out", "bytes", "notes")
+        rows = []
+        for s in self.stages:
+            notes = ([f"heavy: {','.join(s.heavy_ops)}"] if s.heavy_ops else []) + (
+                ["random"] if s.random else []) + (["python"] if s.python else []) + (
+                ["fused into next"] if s.fused else []) + (
+                ["bottleneck"] if s.label == self.bottleneck else [])
+            rows.append((str(s.index), s.label, s.op, _parallel(s), _num(s.self_time_s, 1e6),
+                         _num(s.per_core_rate), _num(s.prefix_rate), f"{s.elements_per_output:g}",
+                         _num(s.bytes_per_element), "; ".join(notes)))
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+                 for r in [header, *rows]]
+        lines.append(f"measured {self.rate_per_s:,.1f} elements/s on {self.cores} core(s); model "
+                     f"{_num(self.predicted_per_s)}/s as written, ceiling "
+                     f"{_num(self.ceiling_per_s)}/s with ideal parallelism; bottleneck: "
+                     f"{self.bottleneck or 'none found'}")
+        lines += [f"note: {note}" for note in self.notes]
+        for r in self.recommendations:
+            lines.append(f"{r.kind} ({r.stage}, x{r.expected_speedup:.2f}): {r.message}")
+        if not self.recommendations:
+            lines.append("no recommendations")
+        return "\n".join(lines)
+
+
+def _parallel(stage: Stage) -> str:
+    graph = "seq" if stage.parallelism is None else (
+        "AUTOTUNE" if stage.parallelism == -1 else str(stage.parallelism))
+    if stage.runtime_parallelism is None:
+        return graph
+    return f"{graph}->{stage.runtime_parallelism}"
+
+
+def _num(value, scale: float = 1.0) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    value *= scale
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def _finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
