@@ -4,11 +4,11 @@ what AUTOTUNE measured and chose, and name the bottleneck and what to change."""
 from __future__ import annotations
 
 import logging
-import os
 import reprlib
 import time
 
 import tfopt._validate as _validate
+from tfopt._system import usable_cores
 from tfopt.analysis import advice
 from tfopt.analysis.report import PipelineReport, Stage
 from tfopt.errors import InvalidArgumentError, UnsupportedDatasetError
@@ -74,13 +74,13 @@ def analyze(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
         except tf.errors.OpError as error:
             raise UnsupportedDatasetError(
                 f"{stage.op} ({stage.name or stage.node}) failed when run for analysis: "
-                f"{tfapi._first_line(error)}") from None
+                f"{tfapi.first_line(error)}") from None
         logger.info("analyze: %s up to %s: %.1f elements/s", stage.op, stage.name or stage.node,
                     measured.rate)
         rates.append(measured.rate)
     reading = model.read_model(proto, found) if proto is not None else None
-    cores = cores or (reading.cpu_budget if reading and reading.cpu_budget else None) or len(
-        os.sched_getaffinity(0))
+    cores = (cores or (reading.cpu_budget if reading and reading.cpu_budget else None)
+             or usable_cores())
     stages = _stages(found, rates, reading)
     plan = advice.allocation(stages, cores)
     notes = []

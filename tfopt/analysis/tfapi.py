@@ -64,7 +64,7 @@ def serialize(dataset: tf.data.Dataset) -> graph_pb2.GraphDef:
             strip_device_assignment=False)  # True leaves "/device::0" on a py_function
     except tf.errors.OpError as error:
         raise UnsupportedDatasetError(
-            f"this dataset cannot be serialised for analysis: {_first_line(error)}") from None
+            f"this dataset cannot be serialised for analysis: {first_line(error)}") from None
     graph_def = graph_pb2.GraphDef()
     graph_def.ParseFromString(serialized.numpy())
     return graph_def
@@ -77,7 +77,7 @@ def rebuild(graph_def: graph_pb2.GraphDef, element_spec) -> tf.data.Dataset:
         return tf.data.experimental.from_variant(variant, element_spec)
     except tf.errors.OpError as error:
         raise UnsupportedDatasetError(
-            f"this dataset cannot be rebuilt for analysis: {_first_line(error)}") from None
+            f"this dataset cannot be rebuilt for analysis: {first_line(error)}") from None
 
 
 def model_proto(iterator):
@@ -97,6 +97,7 @@ def fresh_resource_op(consumer_op: str) -> str | None:
     return None
 
 
-def _first_line(error: Exception) -> str:
+def first_line(error: Exception) -> str:
+    """The first line of a TensorFlow error's message (the rest is a C++ stack or a graph)."""
     text = getattr(error, "message", None) or str(error)
     return text.strip().splitlines()[0] if text.strip() else type(error).__name__
