@@ -21,3 +21,10 @@ def slow(x):
 def jpeg_bytes():
     image = tf.cast(tf.random.stateless_uniform([96, 96, 3], [1, 2], maxval=255), tf.uint8)
     return tf.io.encode_jpeg(image)
+
+
+@pytest.fixture
+def big_jpeg():
+    """A 384 px JPEG: decoding it costs about 1-2 ms."""
+    image = tf.cast(tf.random.stateless_uniform([384, 384, 3], [1, 2], maxval=255), tf.uint8)
+    return tf.io.encode_jpeg(image)

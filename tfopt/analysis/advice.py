@@ -15,7 +15,7 @@ when the cores are what binds, the stage that costs the most.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tfopt.analysis.report import Recommendation, Stage
 
@@ -30,6 +30,15 @@ _PASS_THROUGH = ("RepeatDataset", "TakeDataset", "SkipDataset", "AssertCardinali
                  "ShardDataset", "FinalizeDataset", "ModelDataset", "MaxIntraOpParallelismDataset",
                  "PrivateThreadPoolDataset", "ThreadPoolDataset")
 NEAR_CEILING = 0.8  # a measured rate at this fraction of the ceiling is near it
+WORTH = 1.1  # a rewrite the model expects less from than this is not recommended
+CACHE_OPS = ("CacheDataset", "CacheDatasetV2")
+BATCH_OPS = ("BatchDataset", "BatchDatasetV2", "ParallelBatchDataset")
+DECODE_OPS = ("DecodeJpeg", "DecodeAndCropJpeg", "DecodePng", "DecodeImage", "DecodeBmp",
+              "DecodeGif", "DecodeWebP")
+CHEAP_MAP_S = 50e-6  # a map cheaper than this per element is mostly per-call overhead
+STORE_SMALLER_RATIO = 4.0  # decoded pixels per pixel the model sees that make storing smaller pay
+SHUFFLE_EPOCH_FRACTION = 0.01  # a buffer below this fraction of the epoch barely mixes
+DETERMINISTIC_GAIN = 1.15  # the measured gain out of order that is worth the advice
 
 
 @dataclass(frozen=True)
@@ -84,13 +93,220 @@ def allocation(stages, cores: int) -> Allocation:
     return Allocation(ceiling, predicted, label)
 
 
-def recommendations(stages, cores: int, measured_per_s: float,
-                    injected_prefetch: bool) -> list[Recommendation]:
+def recommendations(stages, cores: int, measured_per_s: float, injected_prefetch: bool,
+                    ram_budget: int | None = None,
+                    unordered_per_s: float | None = None) -> list[Recommendation]:
+    """Every recommendation for ``stages``: speed first, then the correctness warnings."""
     out = []
     plan = allocation(stages, cores)
     if plan.bottleneck is not None:
         out += _parallelize(stages, cores, measured_per_s, plan)
     out += _prefetch(stages, injected_prefetch)
+    if plan.predicted_per_s:
+        out += _cache(stages, cores, plan, ram_budget)
+        out += _vectorize(stages, cores, plan)
+        out += _python(stages, cores, plan)
+        out += _store_smaller(stages, cores, plan)
+    out += _deterministic(stages, measured_per_s, unordered_per_s)
+    out += _cache_after_random(stages)
+    out += _shuffle_buffer(stages, ram_budget)
+    return out
+
+
+def _rate_with(stages, cores, self_times: dict[int, float],
+               workers: dict[int, int] | None = None) -> float | None:
+    """The model's rate with some stages' self times replaced."""
+    changed = [replace(s, self_time_s=self_times[s.index]) if s.index in self_times else s
+               for s in stages]
+    return predicted_rate(changed, cores, workers)
+
+
+def _speedup(after, plan: Allocation) -> float:
+    if not after or not plan.predicted_per_s:
+        return 1.0
+    return after / plan.predicted_per_s
+
+
+def _size(num_bytes: float) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:,.1f} {unit}"
+    return f"{num_bytes:,.0f} bytes"
+
+
+def _cache(stages, cores, plan: Allocation, ram_budget) -> list[Recommendation]:
+    """Cache at the highest stage below every random one whose epoch fits the budget."""
+    if any(s.op in CACHE_OPS for s in stages):
+        return []
+    first_random = next((s.index for s in stages if s.random), len(stages))
+    for stage in reversed(stages[:first_random]):
+        if stage.op in _PASS_THROUGH or stage.op == "PrefetchDataset":
+            continue
+        if stage.cardinality is None or stage.cardinality < 0 or not stage.bytes_per_element:
+            continue
+        size = stage.bytes_per_element * stage.cardinality
+        if ram_budget is not None and size > ram_budget:
+            continue
+        # from the second epoch on, the stages up to here cost (about) nothing
+        after = _rate_with(stages, cores, {s.index: 0.0 for s in stages[:stage.index + 1]})
+        speedup = _speedup(after, plan)
+        if speedup < WORTH:
+            return []  # lower caches save even less
+        where = ("before the first random stage, " + stages[first_random].label
+                 if first_random < len(stages) else "where nothing random comes before it")
+        return [Recommendation(
+            "cache", stage.label, speedup,
+            f"the {stage.cardinality:,} elements after {stage.label} take about "
+            f"{_size(size)}, within the RAM budget ({_size(ram_budget or 0)}), and nothing "
+            f"before them is random: add .cache() after {stage.label} ({where}) so that "
+            f"every epoch after the first skips the work up to it (model: {speedup:.2f}x "
+            f"from the second epoch)")]
+    return []
+
+
+def _vectorize(stages, cores, plan: Allocation) -> list[Recommendation]:
+    out = []
+    for stage, following in zip(stages, stages[1:]):
+        if ("Map" not in stage.op or "Batch" in stage.op or following.op not in BATCH_OPS
+                or stage.random or stage.python or stage.heavy_ops
+                or stage.self_time_s is None or stage.self_time_s > CHEAP_MAP_S
+                or not following.batch_size or following.batch_size < 2):
+            continue
+        # batched, the map runs once per batch: take one call's cost for the whole batch
+        after = _rate_with(stages, cores,
+                           {stage.index: stage.self_time_s / following.batch_size})
+        speedup = _speedup(after, plan)
+        if speedup < WORTH:
+            continue
+        out.append(Recommendation(
+            "vectorize", stage.label, speedup,
+            f"{stage.label} is a cheap map ({stage.self_time_s * 1e6:.1f} us an element, "
+            f"mostly per-call overhead) before {following.label}: batch first, then map "
+            f"(.batch({following.batch_size}).map(f)), if f works on a batch as it does on "
+            f"one element (model: up to {speedup:.2f}x, one call per batch)"))
+    return out
+
+
+def _python(stages, cores, plan: Allocation) -> list[Recommendation]:
+    out = []
+    for stage in stages:
+        if not stage.python:
+            continue
+        after = predicted_rate(stages, cores, {stage.index: cores})
+        speedup = _speedup(after, plan)
+        if speedup < WORTH and stage.label != plan.bottleneck:
+            continue
+        source = "FlatMap" in stage.op or "Generator" in stage.op
+        fix = ("write the data once as files TensorFlow reads itself (TFRecord shards: tfopt "
+               "convert) or build the dataset from tensors (from_tensor_slices)" if source else
+               "rewrite its function with TensorFlow ops (tf.image, tf.strings, tf.numpy) so "
+               "that num_parallel_calls can use every core")
+        out.append(Recommendation(
+            "python", stage.label, speedup,
+            f"{stage.label} runs Python (py_function, numpy_function or a generator), which "
+            f"holds the GIL: one element at a time whatever num_parallel_calls says; {fix} "
+            f"(model: {speedup:.2f}x with it on {cores} cores)"))
+    return out
+
+
+def _store_smaller(stages, cores, plan: Allocation) -> list[Recommendation]:
+    """Decode dominates and the decoded images are much larger than what the model sees."""
+    bottleneck = next((s for s in stages if s.label == plan.bottleneck), None)
+    if bottleneck is None or not set(bottleneck.heavy_ops) & set(DECODE_OPS):
+        return []
+    final = stages[-1]
+    if (bottleneck.bytes_per_element is None or final.bytes_per_element is None
+            or bottleneck.item_bytes is None or final.item_bytes is None
+            or final is bottleneck):
+        return []
+    # values (pixels x channels) per output element, the decode's against the final element's;
+    # counting every byte of the final element at its smallest itemsize overestimates what the
+    # model sees, so the ratio errs low
+    decoded = bottleneck.bytes_per_element * bottleneck.elements_per_output / bottleneck.item_bytes
+    seen = final.bytes_per_element * final.elements_per_output / final.item_bytes
+    if seen <= 0 or decoded / seen < STORE_SMALLER_RATIO:
+        return []
+    ratio = decoded / seen
+    after = _rate_with(stages, cores, {bottleneck.index: bottleneck.self_time_s / ratio})
+    speedup = _speedup(after, plan)
+    if speedup < WORTH:
+        return []
+    size = final.image_side
+    option = f"--max-size {size}" if size else "--max-size N (N: the side the model sees)"
+    return [Recommendation(
+        "store_smaller", bottleneck.label, speedup,
+        f"decoding in {bottleneck.label} limits the pipeline, and it decodes about "
+        f"{ratio:.0f}x the pixels the model gets: store the images smaller, e.g. "
+        f"tfopt convert {option}, so that each decode does less (model: up to {speedup:.2f}x, "
+        f"decode time taken as proportional to pixels)")]
+
+
+def _deterministic(stages, measured_per_s, unordered_per_s) -> list[Recommendation]:
+    ordered = [s for s in stages if s.deterministic]
+    if not ordered or not unordered_per_s or not measured_per_s:
+        return []
+    gain = unordered_per_s / measured_per_s
+    if gain < DETERMINISTIC_GAIN:
+        return []
+    names = ", ".join(s.label for s in ordered)
+    return [Recommendation(
+        "deterministic", ordered[0].label, gain,
+        f"{names} must yield in order, and a slow element holds back the ones behind it: "
+        f"measured out of order the pipeline ran {gain:.2f}x faster; for training, where order "
+        f"does not matter, pass deterministic=False (or set "
+        f"options.deterministic = False); tfopt does not change it for you")]
+
+
+def _cache_after_random(stages) -> list[Recommendation]:
+    out = []
+    for stage in stages:
+        if stage.op not in CACHE_OPS:
+            continue
+        random = [s.label for s in stages[:stage.index] if s.random]
+        if random:
+            out.append(Recommendation(
+                "cache_after_random", stage.label, 1.0,
+                f"{stage.label} caches what {', '.join(random)} drew at random, so every "
+                f"epoch after the first replays the first epoch's augmentation and order: move "
+                f"the cache before {random[0]}"))
+    return out
+
+
+def _shuffle_buffer(stages, ram_budget) -> list[Recommendation]:
+    out = []
+    for stage in stages:
+        if stage.buffer_size is None or stage.buffer_size < 1:
+            continue
+        buffer = stage.buffer_size
+        source = stages[stage.index - 1] if stage.index > 0 else None
+        epoch = source.cardinality if source is not None else None
+        batch = next((s for s in stages[stage.index + 1:] if s.op in BATCH_OPS
+                      and s.batch_size), None)
+        size = (source.bytes_per_element * buffer
+                if source is not None and source.bytes_per_element else None)
+        if epoch is not None and epoch >= 0 and buffer >= epoch:
+            small = None  # holds the whole epoch: a full shuffle
+        elif batch is not None and buffer < batch.batch_size:
+            small = f"below one batch ({batch.batch_size})"
+        elif epoch is not None and epoch > 0 and buffer < SHUFFLE_EPOCH_FRACTION * epoch:
+            small = f"below 1% of the {epoch:,} elements of an epoch"
+        else:
+            small = None
+        if small:
+            target = max(batch.batch_size if batch else 1,
+                         math.ceil(SHUFFLE_EPOCH_FRACTION * epoch) if epoch and epoch > 0 else 1)
+            out.append(Recommendation(
+                "shuffle_buffer", stage.label, 1.0,
+                f"{stage.label} shuffles within {buffer:,} elements, {small}: neighbours stay "
+                f"neighbours; use a buffer of at least {max(target, 10 * buffer):,}, or "
+                f"shuffle the files (or shards) too"))
+        elif size is not None and ram_budget is not None and size > ram_budget:
+            out.append(Recommendation(
+                "shuffle_buffer", stage.label, 1.0,
+                f"{stage.label} holds {buffer:,} elements of about "
+                f"{_size(source.bytes_per_element)}: {_size(size)}, over the RAM budget "
+                f"({_size(ram_budget)}); shuffle smaller elements (the encoded bytes, before "
+                f"decoding) or use a smaller buffer and shuffle the files too"))
     return out
 
 

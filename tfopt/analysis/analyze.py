@@ -8,7 +8,7 @@ import reprlib
 import time
 
 import tfopt._validate as _validate
-from tfopt._system import usable_cores
+from tfopt._system import available_memory, usable_cores
 from tfopt.analysis import advice
 from tfopt.analysis.report import PipelineReport, Stage
 from tfopt.errors import InvalidArgumentError, UnsupportedDatasetError
@@ -28,7 +28,8 @@ def analyze(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
     Args:
         dataset: A ``tf.data.Dataset``; an infinite ``repeat()`` is fine.
         seconds: About how long the measurements take in all (> 0).
-        ram_budget: Bytes a cache may use (kept in the report; the cache advice comes later).
+        ram_budget: Bytes a cache or a shuffle buffer may use; default: half the memory
+            available now.
         cores: Cores the model allocates; default: the cores this process may use.
 
     Returns:
@@ -43,6 +44,13 @@ def analyze(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
         >>> report = tfopt.analyze(dataset, seconds=5)
         >>> print(report.describe())
     """
+    return run(dataset, seconds=seconds, ram_budget=ram_budget, cores=cores)
+
+
+def run(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
+        cores: int | None = None, progress=None) -> PipelineReport:
+    """:func:`analyze`, calling ``progress(done, total, what)`` before each measurement (the
+    command line's progress line)."""
     seconds = _validate.number(seconds, "seconds", low=0.0, high=3600.0, open_low=True,
                                expected="a number of seconds in (0, 3600]")
     ram_budget = _validate.optional_whole_number(ram_budget, "ram_budget", 1,
@@ -60,28 +68,41 @@ def analyze(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
     tfapi.check_tensorflow()
     graph_def, found = graph.read_graph(dataset)
     options = dataset.options()
-    share = seconds / (len(found) + 1)  # the whole pipeline gets two shares
-    rates, proto = [], None
+    ordered = options.deterministic is not False
+    compare = _training(found) and any(
+        s.deterministic == "true" or (s.deterministic == "default" and ordered) for s in found)
+    # the whole pipeline gets two shares, and as much again for the unordered comparison
+    share = seconds / (len(found) + 1 + 2 * compare)
+    total = len(found) + compare
+    rates, proto, cardinalities, specs = [], None, [], []
     for index, stage in enumerate(found):
         last = index == len(found) - 1
+        if progress is not None:
+            progress(index, total, stage.name or stage.op)
         prefix_def, spec = graph.prefix_graph(graph_def, stage.node)
         prefix = tfapi.rebuild(prefix_def, spec).with_options(options)
-        try:
-            iterator = iter(prefix)
-            measured = measure.drain(iterator, 2 * share if last else share)
-            if last:
-                proto = tfapi.model_proto(iterator)
-        except tf.errors.OpError as error:
-            raise UnsupportedDatasetError(
-                f"{stage.op} ({stage.name or stage.node}) failed when run for analysis: "
-                f"{tfapi.first_line(error)}") from None
+        measured, model_proto = _measure(prefix, 2 * share if last else share, stage, tf,
+                                         measure, tfapi, model=last)
+        if last:
+            proto = model_proto
         logger.info("analyze: %s up to %s: %.1f elements/s", stage.op, stage.name or stage.node,
                     measured.rate)
         rates.append(measured.rate)
+        cardinalities.append(_cardinality(prefix, tf))
+        specs.append(spec)
+    unordered = None
+    if compare:
+        if progress is not None:
+            progress(len(found), total, "the pipeline with deterministic=False")
+        whole_def, spec = graph.prefix_graph(graph.undeterministic(graph_def), found[-1].node)
+        prefix = tfapi.rebuild(whole_def, spec).with_options(options)
+        unordered = _measure(prefix, 2 * share, found[-1], tf, measure, tfapi)[0].rate
     reading = model.read_model(proto, found) if proto is not None else None
     cores = (cores or (reading.cpu_budget if reading and reading.cpu_budget else None)
              or usable_cores())
-    stages = _stages(found, rates, reading)
+    stages = _stages(found, rates, reading, cardinalities, specs, ordered)
+    if ram_budget is None:
+        ram_budget = available_memory() // 2
     plan = advice.allocation(stages, cores)
     notes = []
     if reading is None:
@@ -94,15 +115,60 @@ def analyze(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
         notes.append("no model node for " + ", ".join(unmatched)
                      + " (rewritten at run time): self times estimated from prefix rates")
     recommendations = advice.recommendations(
-        stages, cores, rates[-1], reading is not None and reading.injected_prefetch)
+        stages, cores, rates[-1], reading is not None and reading.injected_prefetch,
+        ram_budget=ram_budget, unordered_per_s=unordered)
     return PipelineReport(
         stages=tuple(stages), bottleneck=plan.bottleneck, ceiling_per_s=plan.ceiling_per_s,
         rate_per_s=rates[-1], predicted_per_s=plan.predicted_per_s, cores=cores,
         recommendations=tuple(recommendations), autotune_model=reading is not None,
-        notes=tuple(notes), seconds=time.perf_counter() - started, ram_budget=ram_budget)
+        notes=tuple(notes), seconds=time.perf_counter() - started, ram_budget=ram_budget,
+        extra={} if unordered is None else {"unordered_per_s": unordered})
 
 
-def _stages(found, rates, reading) -> list[Stage]:
+def _measure(prefix, seconds, stage, tf, measure, tfapi, model=False):
+    """The drained rate of ``prefix``, and with ``model`` the autotuning model (else None)."""
+    try:
+        iterator = iter(prefix)
+        measured = measure.drain(iterator, seconds)
+        return measured, (tfapi.model_proto(iterator) if model else None)
+    except tf.errors.OpError as error:
+        raise UnsupportedDatasetError(
+            f"{stage.op} ({stage.name or stage.node}) failed when run for analysis: "
+            f"{tfapi.first_line(error)}") from None
+
+
+def _training(found) -> bool:
+    """A pipeline that shuffles or draws random numbers is taken for a training one."""
+    return any(s.random for s in found)
+
+
+def _cardinality(prefix, tf) -> int | None:
+    value = int(prefix.cardinality())
+    if value == tf.data.INFINITE_CARDINALITY:
+        return -1
+    return None if value < 0 else value
+
+
+def _spec_facts(spec) -> tuple[int | None, int | None]:
+    """The smallest numeric itemsize among ``spec``'s tensors, and the longer static side of
+    an image tensor (HWC or NHWC, 1-4 or unknown channels) in it."""
+    import tensorflow as tf
+
+    sizes, side = [], None
+    for part in tf.nest.flatten(spec):
+        dtype = getattr(part, "dtype", None)
+        if dtype is None or dtype == tf.string or dtype == tf.variant:
+            continue
+        sizes.append(dtype.size)
+        shape = getattr(part, "shape", None)
+        if shape is not None and shape.rank in (3, 4) and shape[-1] in (None, 1, 2, 3, 4):
+            height, width = shape[-3], shape[-2]
+            if height is not None and width is not None:
+                side = max(side or 0, height, width)
+    return (min(sizes) if sizes else None), side
+
+
+def _stages(found, rates, reading, cardinalities=None, specs=None, ordered=True) -> list[Stage]:
     """Report stages from graph stages, prefix rates and the model's nodes."""
     by_stage = reading.by_stage if reading else {}
     fused = reading.fused_into_next if reading else frozenset()
@@ -119,6 +185,7 @@ def _stages(found, rates, reading) -> list[Stage]:
         elif node is not None and node.elements > 0 and out_elements > 0:
             above = node.elements / out_elements
         ratios[i] = above
+    facts = [_spec_facts(spec) for spec in specs] if specs else [(None, None)] * len(found)
     stages, previous_cost = [], 0.0
     for i, stage in enumerate(found):
         node = by_stage.get(stage.node)
@@ -141,5 +208,10 @@ def _stages(found, rates, reading) -> list[Stage]:
             per_core_rate=(1 / self_time) if self_time else None,
             prefix_rate=rates[i], elements_per_output=ratios[i], bytes_per_element=size,
             random=stage.random, python=stage.python, heavy_ops=stage.heavy_ops,
-            fused=stage.node in fused))
+            fused=stage.node in fused,
+            cardinality=cardinalities[i] if cardinalities else None,
+            batch_size=stage.batch_size, buffer_size=stage.buffer_size,
+            deterministic=None if stage.deterministic is None else (
+                stage.deterministic == "true" or (stage.deterministic == "default" and ordered)),
+            item_bytes=facts[i][0], image_side=facts[i][1]))
     return stages

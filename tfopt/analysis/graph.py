@@ -62,6 +62,8 @@ class GraphStage:
     random: bool
     python: bool
     batch_size: int | None  # batch ops: elements in per element out
+    buffer_size: int | None = None  # shuffles: the buffer's elements
+    deterministic: str | None = None  # parallel ops: "true", "false" or "default" (options)
 
 
 def read_graph(dataset: tf.data.Dataset) -> tuple[graph_pb2.GraphDef, list[GraphStage]]:
@@ -146,7 +148,8 @@ def _stage(node, nodes, functions) -> GraphStage:
         python = python or op in PYTHON_OPS
     return GraphStage(node=node.name, op=node.op, name=_user_name(node),
                       parallelism=_parallelism(node, nodes), heavy_ops=tuple(sorted(heavy)),
-                      random=random, python=python, batch_size=_batch_size(node, nodes))
+                      random=random, python=python, batch_size=_batch_size(node, nodes),
+                      buffer_size=_buffer_size(node, nodes), deterministic=_deterministic(node))
 
 
 def _function_ops(node, functions) -> list[str]:
@@ -210,6 +213,28 @@ def _batch_size(node, nodes) -> int | None:
         inputs = _data_inputs(node)
         return _const_int(nodes, inputs[-3] if node.op == "MapAndBatchDataset" else inputs[1])
     return None
+
+
+def _buffer_size(node, nodes) -> int | None:
+    if node.op.startswith("ShuffleDataset") or node.op.startswith("ShuffleAndRepeatDataset"):
+        return _const_int(nodes, _data_inputs(node)[1])
+    return None
+
+
+def _deterministic(node) -> str | None:
+    if "deterministic" not in node.attr:
+        return None
+    value = node.attr["deterministic"].s
+    return value.decode() if value else None
+
+
+def undeterministic(graph_def: graph_pb2.GraphDef) -> graph_pb2.GraphDef:
+    """A copy of ``graph_def`` whose parallel stages may yield out of order."""
+    graph = copy.deepcopy(graph_def)
+    for node in graph.node:
+        if "deterministic" in node.attr:
+            node.attr["deterministic"].s = b"false"
+    return graph
 
 
 def _is_dataset(node) -> bool:

@@ -30,6 +30,12 @@ class Stage:
     python: bool  # its function runs Python (py_function, numpy_function, from_generator)
     heavy_ops: tuple[str, ...] = ()  # e.g. ("DecodeJpeg",)
     fused: bool = False  # TensorFlow runs it inside the next stage (map + batch)
+    cardinality: int | None = None  # elements of the prefix ending here: -1 infinite, None unknown
+    batch_size: int | None = None  # batch stages: elements in per element out
+    buffer_size: int | None = None  # shuffles: the buffer's elements
+    deterministic: bool | None = None  # parallel stages: yields in order (None: not parallel)
+    item_bytes: int | None = None  # the smallest itemsize among its output's numeric tensors
+    image_side: int | None = None  # the longer static side of an image tensor in its output
 
     @property
     def label(self) -> str:
