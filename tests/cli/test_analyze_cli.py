@@ -1,0 +1,69 @@
+"""``tfopt analyze FILE.py:FUNCTION`` on a real example file."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+from click.testing import CliRunner
+
+from tfopt.cli import cli
+
+EXAMPLE = textwrap.dedent('''
+    import tensorflow as tf
+    from helper import double  # the file's folder is importable
+
+    def pipeline():
+        return (tf.data.Dataset.range(10**6).map(double, name="double").batch(32)
+                .prefetch(2))
+
+    def not_a_dataset():
+        return [1, 2, 3]
+''')
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture
+def example(tmp_path):
+    (tmp_path / "helper.py").write_text("def double(x):\n    return x * 2\n")
+    path = tmp_path / "example.py"
+    path.write_text(EXAMPLE)
+    return path
+
+
+def test_json_names_the_bottleneck(example):
+    result = run("analyze", f"{example}:pipeline", "--seconds", "0.6", "--cores", "2",
+                 "--ram-budget", "64MiB", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    labels = [s["label"] for s in data["stages"]]
+    assert "double" in labels and data["bottleneck"] in labels
+    assert data["ram_budget"] == 64 << 20 and data["cores"] == 2
+    assert "analyze: measuring" in result.stderr
+
+
+def test_the_table(example):
+    result = run("analyze", f"{example}:pipeline", "--seconds", "0.5")
+    assert result.exit_code == 0, result.output
+    assert "bottleneck:" in result.stdout and "double" in result.stdout
+
+
+def one_error_line(result) -> str:
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tfopt: error: "), result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("suffix, expected", [
+    ("missing.py:pipeline", "no such file"),
+    ("example.py:nothing", "has no function 'nothing'"),
+    ("example.py:not_a_dataset", "returned list, not a tf.data.Dataset"),
+])
+def test_errors_are_one_line(example, suffix, expected):
+    result = run("analyze", f"{example.parent / suffix}", "--seconds", "0.5", "-q")
+    assert expected in one_error_line(result)
