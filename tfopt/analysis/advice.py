@@ -32,6 +32,7 @@ _PASS_THROUGH = ("RepeatDataset", "TakeDataset", "SkipDataset", "AssertCardinali
 NEAR_CEILING = 0.8  # a measured rate at this fraction of the ceiling is near it
 WORTH = 1.1  # a rewrite the model expects less from than this is not recommended
 CACHE_OPS = ("CacheDataset", "CacheDatasetV2")
+_IN_MEMORY_SOURCES = ("RangeDataset", "TensorDataset", "TensorSliceDataset")
 BATCH_OPS = ("BatchDataset", "BatchDatasetV2", "ParallelBatchDataset")
 DECODE_OPS = ("DecodeJpeg", "DecodeAndCropJpeg", "DecodePng", "DecodeImage", "DecodeBmp",
               "DecodeGif", "DecodeWebP")
@@ -142,6 +143,8 @@ def _cache(stages, cores, plan: Allocation, ram_budget) -> list[Recommendation]:
     for stage in reversed(stages[:first_random]):
         if stage.op in _PASS_THROUGH or stage.op == "PrefetchDataset":
             continue
+        if stage.op in _IN_MEMORY_SOURCES:
+            return []  # in memory already: a cache would copy it
         if stage.cardinality is None or stage.cardinality < 0 or not stage.bytes_per_element:
             continue
         size = stage.bytes_per_element * stage.cardinality
