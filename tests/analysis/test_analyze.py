@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import slow, tf
+from analysis_helpers import random_jpeg, slow, tf
 
 import tfopt
 from tfopt.errors import InvalidArgumentError, UnsupportedDatasetError
@@ -68,7 +68,8 @@ def test_a_pipeline_without_prefetch_gets_prefetch_and_one_with_it_does_not():
     assert "prefetch" not in tfopt.analyze(plain.prefetch(2), seconds=0.6).kinds()
 
 
-def test_user_names_python_random_and_heavy_ops_are_read_from_each_stage(jpeg_bytes):
+def test_user_names_python_random_and_heavy_ops_are_read_from_each_stage():
+    jpeg_bytes = random_jpeg(96)
     dataset = (tf.data.Dataset.from_tensors(jpeg_bytes).repeat(200)
                .map(tf.io.decode_jpeg, name="decode")
                .map(lambda image: tf.py_function(lambda i: i, [image], tf.uint8), name="py")

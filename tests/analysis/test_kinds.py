@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import slow, tf
+from analysis_helpers import random_jpeg, slow, tf
 
 import tfopt
 
@@ -68,7 +68,8 @@ def test_python_stage_behind_the_gil():
     assert "GIL" in rec.message and "parallelize" not in report.kinds()
 
 
-def test_store_smaller_when_decode_dominates_and_images_are_much_larger(big_jpeg):
+def test_store_smaller_when_decode_dominates_and_images_are_much_larger():
+    big_jpeg = random_jpeg(384)
     dataset = (tf.data.Dataset.from_tensors(big_jpeg).repeat()
                .map(tf.io.decode_jpeg, num_parallel_calls=AUTOTUNE, name="decode")
                .map(lambda i: tf.image.resize(i, [48, 48], method="nearest"),
@@ -80,7 +81,8 @@ def test_store_smaller_when_decode_dominates_and_images_are_much_larger(big_jpeg
     assert "tfopt convert --max-size 48" in rec.message
 
 
-def test_no_store_smaller_when_the_model_sees_the_decoded_size(big_jpeg):
+def test_no_store_smaller_when_the_model_sees_the_decoded_size():
+    big_jpeg = random_jpeg(384)
     dataset = (tf.data.Dataset.from_tensors(big_jpeg).repeat()
                .map(tf.io.decode_jpeg, num_parallel_calls=AUTOTUNE, name="decode")
                .batch(2).prefetch(2))

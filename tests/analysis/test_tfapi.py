@@ -3,7 +3,7 @@ upgrade that breaks one fails here, by name."""
 
 from __future__ import annotations
 
-from conftest import tf
+from analysis_helpers import tf
 
 from tfopt.analysis import graph, measure, tfapi
 
