@@ -4,6 +4,7 @@ what AUTOTUNE measured and chose, and name the bottleneck and what to change."""
 from __future__ import annotations
 
 import logging
+import re
 import reprlib
 import time
 
@@ -168,23 +169,45 @@ def _spec_facts(spec) -> tuple[int | None, int | None]:
     return (min(sizes) if sizes else None), side
 
 
+# Ops that hand on one element per element they take (a batch's count is its batch_size).
+_ONE_TO_ONE = ("map", "parallelmap", "shuffle", "prefetch", "cache", "memorycache", "repeat",
+               "foreverrepeat", "assertcardinality", "options", "model", "maxintraopparallelism",
+               "privatethreadpool", "enumerate", "scan", "ignoreerrors")
+
+
+def _elements_per_output(found, by_stage, fused) -> list[float]:
+    """Elements each stage produces per element the pipeline outputs, from the output down.
+
+    From the graph where it says: a batch takes ``batch_size`` elements per element; a map, a
+    shuffle, a repeat or a prefetch one. Only where the count depends on the data (filter,
+    flat_map, interleave, unbatch, take) from the model's counts, and then as the ratio of a
+    stage's count to the next stage's: TensorFlow's model counts the elements of each node's
+    current iterator, and a repeat makes a new iterator of its input every pass, so a count
+    below a repeat covers this pass only, against the output's count of all passes (a batch
+    under a repeat once read as a third of an element per output element).
+    """
+    ratios = [1.0] * len(found)
+    for i in range(len(found) - 2, -1, -1):
+        above = found[i + 1]
+        kind = re.sub(r"(v\d+)?$", "", above.op.lower().replace("dataset", ""))
+        if above.batch_size:
+            per = float(above.batch_size)
+        elif kind in _ONE_TO_ONE or found[i].node in fused:
+            per = 1.0
+        else:
+            mine, theirs = by_stage.get(found[i].node), by_stage.get(above.node)
+            same_pass = (mine is not None and theirs is not None and mine is not theirs
+                         and mine.elements > 0 and theirs.elements > 0)
+            per = mine.elements / theirs.elements if same_pass else 1.0
+        ratios[i] = ratios[i + 1] * per
+    return ratios
+
+
 def _stages(found, rates, reading, cardinalities=None, specs=None, ordered=True) -> list[Stage]:
     """Report stages from graph stages, prefix rates and the model's nodes."""
     by_stage = reading.by_stage if reading else {}
     fused = reading.fused_into_next if reading else frozenset()
-    out_elements = reading.output_elements if reading else 0
-    # elements per output element, from the output down: the model's counts where it has
-    # them, else the batch sizes above
-    ratios = [1.0] * len(found)
-    for i in range(len(found) - 1, -1, -1):
-        stage, node = found[i], by_stage.get(found[i].node)
-        above = 1.0 if i == len(found) - 1 else ratios[i + 1] * (
-            found[i + 1].batch_size or 1)
-        if stage.node in fused:
-            above = ratios[i + 1] * (found[i + 1].batch_size or 1)
-        elif node is not None and node.elements > 0 and out_elements > 0:
-            above = node.elements / out_elements
-        ratios[i] = above
+    ratios = _elements_per_output(found, by_stage, fused)
     facts = [_spec_facts(spec) for spec in specs] if specs else [(None, None)] * len(found)
     stages, previous_cost = [], 0.0
     for i, stage in enumerate(found):
