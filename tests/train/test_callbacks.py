@@ -140,8 +140,8 @@ def test_slow_map_is_highly_input_bound(tf, caplog):
     assert percent >= 20, percent
     assert stall.last_kind is InputBound.HIGH
     assert history.history["input_wait_seconds"][0] >= 0.02 * 5  # >= 5 of 6 counted batches
-    assert any("highly input-bound" in r.message and "tfopt.build_pipeline" in r.message
-               for r in caplog.records)
+    assert any("highly input-bound" in r.message and "tfopt.analyze(dataset)" in r.message
+               and "tfopt.build_pipeline" in r.message for r in caplog.records)
 
 
 def test_fast_in_memory_data_with_heavier_model_is_not_input_bound(tf):

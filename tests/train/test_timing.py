@@ -143,6 +143,10 @@ def test_classification_uses_profiler_thresholds(percent, kind):
 def test_advice_names_the_fix():
     assert "tfopt.build_pipeline" in InputBound.HIGH.advice
     assert "prefetch" in InputBound.MODERATE.advice
+    # a pipeline tfopt did not build: the analysis that finds its slow stage
+    assert "tfopt.analyze(dataset)" in InputBound.HIGH.advice
+    assert "tfopt.analyze(dataset)" in InputBound.MODERATE.advice
+    assert "tfopt.analyze" not in InputBound.NOT.advice
 
 
 def test_stall_meter_without_inner_waits_gaps_are_waits():

@@ -264,10 +264,13 @@ _THRESHOLDS = ((20.0, InputBound.HIGH), (5.0, InputBound.MODERATE), (0.0, InputB
 _ADVICE = {
     InputBound.NOT: "the input pipeline keeps up; look at the model side (precision, "
     "steps_per_execution, batch size)",
-    InputBound.MODERATE: "prefetch and parallelise the map (num_parallel_calls=AUTOTUNE): "
-    "see tfopt.build_pipeline",
-    InputBound.HIGH: "the accelerator waits for data: parallelise reads and map, cache decoded "
-    "data, prefetch, move augmentation onto the device: see tfopt.build_pipeline",
+    InputBound.MODERATE: "tfopt.analyze(dataset) names the slow stage and what to change "
+    "(often prefetch and num_parallel_calls=AUTOTUNE); for TFRecord shards see "
+    "tfopt.build_pipeline",
+    InputBound.HIGH: "the accelerator waits for data: tfopt.analyze(dataset) (or 'tfopt "
+    "analyze FILE.py:FUNCTION') names the slow stage, the ceiling on these cores and what to "
+    "change (parallel reads and map, a cache of decoded data, prefetch, augmentation on the "
+    "device); for TFRecord shards see tfopt.build_pipeline",
 }
 
 
