@@ -19,17 +19,24 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def available_memory() -> int:
-    """Bytes of memory available now (Linux's MemAvailable: free memory plus what the kernel
-    can reclaim), or ``MEMORY_FALLBACK`` (4 GiB) where it cannot be read."""
+def _proc_bytes(path: str, key: str) -> int | None:
+    """The ``key:`` line of a Linux /proc file that counts in kB (``/proc/meminfo``,
+    ``/proc/self/status``), in bytes; None where the file or the line cannot be read."""
     try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
+        with open(path, encoding="ascii") as handle:
             for line in handle:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    return MEMORY_FALLBACK
+    return None
+
+
+def available_memory() -> int:
+    """Bytes of memory available now (Linux's MemAvailable: free memory plus what the kernel
+    can reclaim), or ``MEMORY_FALLBACK`` (4 GiB) where it cannot be read."""
+    available = _proc_bytes("/proc/meminfo", "MemAvailable")
+    return MEMORY_FALLBACK if available is None else available
 
 
 def reset_peak_rss() -> bool:
@@ -47,13 +54,9 @@ def reset_peak_rss() -> bool:
 def peak_rss() -> int:
     """Bytes of this process's peak resident memory: since the last :func:`reset_peak_rss`
     that succeeded, else since it started."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
+    peak = _proc_bytes("/proc/self/status", "VmHWM")
+    if peak is not None:
+        return peak
     import resource
 
     scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB elsewhere

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 import tfopt
-from tfopt.bench.baselines import (guide_dataset, keras_folder_dataset, limit_dataset,
-                                   naive_dataset)
+from tfopt.bench.baselines import guide_dataset, keras_folder_dataset, limit_dataset, naive_dataset
 from tfopt.data.pipeline import PipelineBuilder
 
 

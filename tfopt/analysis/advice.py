@@ -14,6 +14,7 @@ when the cores are what binds, the stage that costs the most.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, replace
 
@@ -169,7 +170,7 @@ def _cache(stages, cores, plan: Allocation, ram_budget) -> list[Recommendation]:
 
 def _vectorize(stages, cores, plan: Allocation) -> list[Recommendation]:
     out = []
-    for stage, following in zip(stages, stages[1:]):
+    for stage, following in itertools.pairwise(stages):
         if ("Map" not in stage.op or "Batch" in stage.op or following.op not in BATCH_OPS
                 or stage.random or stage.python or stage.heavy_ops
                 or stage.self_time_s is None or stage.self_time_s > CHEAP_MAP_S

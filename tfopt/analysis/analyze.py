@@ -4,7 +4,6 @@ what AUTOTUNE measured and chose, and name the bottleneck and what to change."""
 from __future__ import annotations
 
 import logging
-import re
 import reprlib
 import time
 
@@ -186,10 +185,12 @@ def _elements_per_output(found, by_stage, fused) -> list[float]:
     below a repeat covers this pass only, against the output's count of all passes (a batch
     under a repeat once read as a third of an element per output element).
     """
+    from tfopt.analysis.model import op_kind  # graph-side: TensorFlow is loaded by now
+
     ratios = [1.0] * len(found)
     for i in range(len(found) - 2, -1, -1):
         above = found[i + 1]
-        kind = re.sub(r"(v\d+)?$", "", above.op.lower().replace("dataset", ""))
+        kind = op_kind(above.op)
         if above.batch_size:
             per = float(above.batch_size)
         elif kind in _ONE_TO_ONE or found[i].node in fused:

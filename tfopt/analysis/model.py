@@ -74,21 +74,21 @@ def read_model(proto, stages: list[GraphStage]) -> ModelReading:
         if g >= len(graph):
             break
         stage = graph[g]
-        kind = _norm(node.name)
-        if kind == "prefetch" and _norm(stage.op) != "prefetch":
+        kind = op_kind(node.name)
+        if kind == "prefetch" and op_kind(stage.op) != "prefetch":
             injected = injected or index == 0
             continue
-        if kind == "mapandbatch" and _norm(stage.op) in ("batch", "parallelbatch") and (
-                g + 1 < len(graph) and _norm(graph[g + 1].op) in ("map", "parallelmap")):
+        if kind == "mapandbatch" and op_kind(stage.op) in ("batch", "parallelbatch") and (
+                g + 1 < len(graph) and op_kind(graph[g + 1].op) in ("map", "parallelmap")):
             by_stage[stage.node] = node
             by_stage[graph[g + 1].node] = node
             fused.add(graph[g + 1].node)
             g += 2
             continue
-        if kind.endswith("impl") and index > 0 and _norm(model[index - 1].name).endswith(
+        if kind.endswith("impl") and index > 0 and op_kind(model[index - 1].name).endswith(
                 kind[:-4]):
             continue  # a cache's inner node
-        if _matches(kind, _norm(stage.op)):
+        if _matches(kind, op_kind(stage.op)):
             by_stage[stage.node] = node
             g += 1
             continue
@@ -98,8 +98,9 @@ def read_model(proto, stages: list[GraphStage]) -> ModelReading:
     return ModelReading(output_elements, budget, by_stage, frozenset(fused), injected)
 
 
-def _norm(op: str) -> str:
-    """``ParallelMapDatasetV2`` and ``ParallelMapV2`` -> ``parallelmap``."""
+def op_kind(op: str) -> str:
+    """An op's kind, as the graph and the model both name it: ``ParallelMapDatasetV2`` and
+    ``ParallelMapV2`` -> ``parallelmap``."""
     return re.sub(r"v\d+$", "", op.lower().replace("dataset", ""))
 
 

@@ -20,15 +20,13 @@ import dataclasses
 import os
 import statistics
 import time
+from pathlib import Path
 
 import tensorflow as tf
 
-from pathlib import Path
-
 from tfopt._system import peak_rss, reset_peak_rss, usable_cores
 from tfopt._validate import flag, is_int, optional_whole_number, require, whole_number
-from tfopt.bench.baselines import (guide_dataset, keras_folder_dataset, limit_dataset,
-                                   naive_dataset)
+from tfopt.bench.baselines import guide_dataset, keras_folder_dataset, limit_dataset, naive_dataset
 from tfopt.bench.service_workers import MAX_SERVICE_WORKERS, local_services
 from tfopt.data.pipeline import PipelineBuilder
 from tfopt.data.plan import fill_batches
@@ -340,7 +338,7 @@ def run_pipeline_bench(settings: BenchSettings, methods=None, progress=None) -> 
                 cpu[run][0] += _cpu_seconds(local, count) - before_cpu
                 cpu[run][1] += time.perf_counter() - before_wall
                 if measured_peak:
-                    peaks[run] = max(peaks[run] or 0, peak_rss())
+                    peaks[run] = peak_rss()
                 for epoch, rate in enumerate(epoch_rates):
                     rates[run][epoch].append(rate)
                 del dataset

@@ -388,8 +388,11 @@ def _tfopt_model(settings: TrainBenchSettings, classes: int) -> keras.Model:
 
 
 def _train_once(ctx: _Context, method: str, batch_size: int, epochs: int,
-                evaluate: bool = True) -> RunResult:
+                evaluate: bool = True) -> tuple[RunResult, str | None]:
+    """One fit of ``method``, and why tfopt's pipeline ran without its cache in it (None when
+    it had its cache, and for the baseline): see :func:`_tfopt_builder`."""
     settings = ctx.settings
+    uncached = None
     if method == "baseline":
         policy, spe = "float32", 1
         dataset = naive_dataset(ctx.train_builder.source, settings.image_size, batch_size,
@@ -397,7 +400,7 @@ def _train_once(ctx: _Context, method: str, batch_size: int, epochs: int,
         steps = settings.max_steps
     else:
         policy, spe = ctx.policy, ctx.steps_per_execution
-        builder, _ = _tfopt_builder(settings, batch_size, epochs)
+        builder, uncached = _tfopt_builder(settings, batch_size, epochs)
         dataset, steps = builder.build(), _steps(settings, builder)
     if method == "baseline" and steps:
         dataset = dataset.take(steps)  # a pass of max_steps batches per epoch, restarted each epoch
@@ -425,7 +428,7 @@ def _train_once(ctx: _Context, method: str, batch_size: int, epochs: int,
         input_bound_percent=stalls,
         val_accuracy=accuracy,
         val_loss=loss,
-    )
+    ), uncached
 
 
 def run_train_bench(settings: TrainBenchSettings,
@@ -505,7 +508,7 @@ def run_train_bench(settings: TrainBenchSettings,
     runs: dict[str, list[RunResult]] = {method: [] for method in METHODS}
     for repeat in range(settings.repeats):
         for method in METHODS:
-            result = _train_once(ctx, method, settings.batch_size, settings.epochs)
+            result, _ = _train_once(ctx, method, settings.batch_size, settings.epochs)
             runs[method].append(result)
             say(f"run {repeat + 1}/{settings.repeats} {method:8s} "
                 + " ".join(f"{rate:7.1f}" for rate in result.epoch_rates)
@@ -520,10 +523,10 @@ def run_train_bench(settings: TrainBenchSettings,
     uncached_sizes = []
     for size in settings.batch_sizes:
         # two epochs: the first compiles the model for this batch size, the second counts
-        result = _train_once(ctx, "tfopt", size, SWEEP_EPOCHS, evaluate=False)
+        result, uncached = _train_once(ctx, "tfopt", size, SWEEP_EPOCHS, evaluate=False)
         sweep[size] = result.epoch_rates[-1]
         say(f"sweep batch {size}: {sweep[size]:.1f} examples/s")
-        if _tfopt_builder(settings, size, SWEEP_EPOCHS)[1]:
+        if uncached:
             uncached_sizes.append(size)
     if uncached_sizes:
         notes.append(f"the sweep ran batch {', '.join(map(str, uncached_sizes))} without "

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfopt.data.plan import EVAL_CROP_FRACTION, DecodePlan, DecodeStrategy
+from tfopt.data.plan import EVAL_CROP_FRACTION, JPEG_RATIOS, DecodePlan, DecodeStrategy
 
 # Random-resized crop as in Inception/ResNet training: 8-100 % of the area, aspect 3/4-4/3.
 CROP_AREA = (0.08, 1.0)
@@ -97,20 +97,19 @@ def resize_uint8(image, target: tuple[int, int]) -> tf.Tensor:
     return tf.cast(resized + 0.5, tf.uint8)
 
 
-JPEG_RATIOS = (8, 4, 2)  # the DCT scalings TensorFlow's JPEG decoder offers, largest first
+_SCALED_RATIOS = (*JPEG_RATIOS, 1)  # the branches of decode_jpeg_scaled, in this order
 
 
-def jpeg_ratio(height, width, min_side: int) -> tf.Tensor:
-    """The largest JPEG scale-down (8, 4, 2, else 1) that keeps the shorter side >= min_side.
+def jpeg_ratio_index(height, width, min_side: int) -> tf.Tensor:
+    """Index into ``(8, 4, 2, 1)`` of the largest JPEG scale-down that keeps the shorter side
+    >= min_side: :func:`tfopt.data.plan.jpeg_image_ratio` in the graph.
 
     libjpeg rounds a scaled side up (``ceil(side / ratio)``), and so does this.
     """
     shorter = tf.minimum(height, width)
     keeps = [(shorter + ratio - 1) // ratio >= min_side for ratio in JPEG_RATIOS]
-    ratios = tf.constant([*JPEG_RATIOS, 1], tf.int32)
-    first = tf.argmax(tf.cast(tf.stack([*keeps, tf.constant(True)]), tf.int32),
-                      output_type=tf.int32)
-    return ratios[first]
+    return tf.argmax(tf.cast(tf.stack([*keeps, tf.constant(True)]), tf.int32),
+                     output_type=tf.int32)
 
 
 def decode_jpeg_scaled(encoded, min_side: int) -> tf.Tensor:
@@ -123,12 +122,9 @@ def decode_jpeg_scaled(encoded, min_side: int) -> tf.Tensor:
     ratio sits behind a ``switch_case``.
     """
     shape = tf.io.extract_jpeg_shape(encoded)
-    ratio = jpeg_ratio(shape[0], shape[1], min_side)
     branches = [lambda r=r: tf.io.decode_jpeg(encoded, channels=3, ratio=r)
-                for r in (*JPEG_RATIOS, 1)]
-    index = tf.argmax(tf.cast(tf.equal(tf.constant([*JPEG_RATIOS, 1]), ratio), tf.int32),
-                      output_type=tf.int32)
-    image = tf.switch_case(index, branches)
+                for r in _SCALED_RATIOS]
+    image = tf.switch_case(jpeg_ratio_index(shape[0], shape[1], min_side), branches)
     image.set_shape([None, None, 3])
     return image
 

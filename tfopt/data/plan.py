@@ -23,8 +23,8 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import math
 import enum
+import math
 
 from tfopt.data.config import DEVICE_CROP, PipelineConfig
 from tfopt.errors import InvalidArgumentError
@@ -569,11 +569,14 @@ def _refuse_empty_epoch(batch: int, drop_remainder: bool, records: int | None) -
 
 # -- decoding ----------------------------------------------------------------------------------
 
+JPEG_RATIOS = (8, 4, 2)  # the DCT scalings TensorFlow's JPEG decoder offers, largest first
+
+
 def reduction_ratio(min_side: int | None, target: tuple[int, int]) -> int:
     """The largest JPEG scale-down (8, 4, 2) that keeps the image at least the target size."""
     if not min_side:
         return 1
-    for ratio in (8, 4, 2):
+    for ratio in JPEG_RATIOS:
         if min_side / ratio >= max(target):
             return ratio
     return 1
@@ -590,7 +593,7 @@ def jpeg_image_ratio(height: int, width: int, min_side: int) -> int:
         (8, 4)
     """
     shorter = min(height, width)
-    for ratio in (8, 4, 2):
+    for ratio in JPEG_RATIOS:
         if -(-shorter // ratio) >= min_side:
             return ratio
     return 1
