@@ -56,6 +56,9 @@ _LAZY_EXPORTS = {
     # analysis: any tf.data pipeline's stages, bottleneck and fixes
     "analyze": "tfopt.analysis.analyze",
     "PipelineReport": "tfopt.analysis.report",
+    "optimize": "tfopt.analysis.optimize",
+    "optimize_with_report": "tfopt.analysis.optimize",
+    "Optimization": "tfopt.analysis.optimize",
     # train: precision policy and gradient accumulation
     "choose_policy": "tfopt.train.precision",
     "PolicyChoice": "tfopt.train.precision",

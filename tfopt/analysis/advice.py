@@ -335,12 +335,19 @@ def _parallelize(stages, cores, measured_per_s, plan: Allocation) -> list[Recomm
         f"cores)")]
 
 
-def _prefetch(stages, injected_prefetch: bool) -> list[Recommendation]:
+def ends_in_prefetch(stages) -> bool:
+    """Whether the pipeline's last stage, past repeat, take and the like, is a prefetch."""
     for stage in reversed(stages):
         if stage.op == "PrefetchDataset":
-            return []
+            return True
         if stage.op not in _PASS_THROUGH:
-            break
+            return False
+    return False
+
+
+def _prefetch(stages, injected_prefetch: bool) -> list[Recommendation]:
+    if ends_in_prefetch(stages):
+        return []
     last = stages[-1].label if stages else "output"
     if injected_prefetch:
         return [Recommendation(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import reprlib
 import time
+from dataclasses import dataclass
 
 import tfopt._validate as _validate
 from tfopt._system import available_memory, usable_cores
@@ -51,6 +52,23 @@ def run(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
         cores: int | None = None, progress=None) -> PipelineReport:
     """:func:`analyze`, calling ``progress(done, total, what)`` before each measurement (the
     command line's progress line)."""
+    return analyse(dataset, seconds=seconds, ram_budget=ram_budget, cores=cores,
+                   progress=progress).report
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """A report with what it was read from: what :mod:`.optimize` rewrites."""
+
+    report: PipelineReport
+    graph_def: object  # the dataset's serialised GraphDef
+    graph_stages: tuple  # graph.GraphStage per report stage, same order
+    injected_prefetch: bool  # TensorFlow adds a prefetch at the output at run time
+
+
+def analyse(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
+            cores: int | None = None, progress=None) -> Analysis:
+    """:func:`run`'s report, with the graph and graph stages it was read from."""
     seconds = _validate.number(seconds, "seconds", low=0.0, high=3600.0, open_low=True,
                                expected="a number of seconds in (0, 3600]")
     ram_budget = _validate.optional_whole_number(ram_budget, "ram_budget", 1,
@@ -81,8 +99,8 @@ def run(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
             progress(index, total, stage.name or stage.op)
         prefix_def, spec = graph.prefix_graph(graph_def, stage.node)
         prefix = tfapi.rebuild(prefix_def, spec).with_options(options)
-        measured, model_proto = _measure(prefix, 2 * share if last else share, stage, tf,
-                                         measure, tfapi, model=last)
+        measured, model_proto, repeated = _measure(prefix, 2 * share if last else share, stage,
+                                                   tf, measure, tfapi, model=last)
         if last:
             proto = model_proto
         logger.info("analyze: %s up to %s: %.1f elements/s", stage.op, stage.name or stage.node,
@@ -97,7 +115,7 @@ def run(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
         whole_def, spec = graph.prefix_graph(graph.undeterministic(graph_def), found[-1].node)
         prefix = tfapi.rebuild(whole_def, spec).with_options(options)
         unordered = _measure(prefix, 2 * share, found[-1], tf, measure, tfapi)[0].rate
-    reading = model.read_model(proto, found) if proto is not None else None
+    reading = model.read_model(proto, found, repeated) if proto is not None else None
     cores = (cores or (reading.cpu_budget if reading and reading.cpu_budget else None)
              or usable_cores())
     stages = _stages(found, rates, reading, cardinalities, specs, ordered)
@@ -117,20 +135,30 @@ def run(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
     recommendations = advice.recommendations(
         stages, cores, rates[-1], reading is not None and reading.injected_prefetch,
         ram_budget=ram_budget, unordered_per_s=unordered)
-    return PipelineReport(
+    report = PipelineReport(
         stages=tuple(stages), bottleneck=plan.bottleneck, ceiling_per_s=plan.ceiling_per_s,
         rate_per_s=rates[-1], predicted_per_s=plan.predicted_per_s, cores=cores,
         recommendations=tuple(recommendations), autotune_model=reading is not None,
         notes=tuple(notes), seconds=time.perf_counter() - started, ram_budget=ram_budget,
         extra={} if unordered is None else {"unordered_per_s": unordered})
+    return Analysis(report, graph_def, tuple(found),
+                    reading is not None and reading.injected_prefetch)
 
 
 def _measure(prefix, seconds, stage, tf, measure, tfapi, model=False):
-    """The drained rate of ``prefix``, and with ``model`` the autotuning model (else None)."""
+    """The drained rate of ``prefix``, with ``model`` the autotuning model (else None), and
+    whether it was measured under a ``repeat()`` of its own."""
     try:
         iterator = iter(prefix)
         measured = measure.drain(iterator, seconds)
-        return measured, (tfapi.model_proto(iterator) if model else None)
+        measured_again = measured.exhausted
+        if measured_again:
+            # a short finite prefix: a few elements and an iterator's start-up say little, and
+            # TensorFlow's model drops a finished iterator's nodes; its passes again, as the
+            # epochs of training would run them
+            iterator = iter(prefix.repeat())
+            measured = measure.drain(iterator, seconds)
+        return measured, (tfapi.model_proto(iterator) if model else None), measured_again
     except tf.errors.OpError as error:
         raise UnsupportedDatasetError(
             f"{stage.op} ({stage.name or stage.node}) failed when run for analysis: "

@@ -36,6 +36,14 @@ _RANDOM_PREFIXES = ("Random", "StatelessRandom", "StatefulUniform", "StatefulSta
                     "RngReadAndSkip", "RngSkip", "Multinomial", "TruncatedNormal",
                     "ParameterizedTruncatedNormal", "AnonymousSeedGenerator")
 PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
+# Stateful ops that only read their state (a lookup table, a variable) or check a value: a
+# function made of these and stateless ops gives each element the same result whichever order
+# parallel calls run in. Writes (AssignVariableOp), random ops and I/O stay stateful.
+READ_ONLY_STATEFUL = frozenset({
+    "LookupTableFindV2", "LookupTableSizeV2", "ReadVariableOp", "ResourceGather",
+    "ResourceGatherNd", "VariableShape", "VarIsInitializedOp", "Assert",
+    "StatefulPartitionedCall",  # a call: the ops of the function it calls are read as well
+})
 # Dataset ops that are random themselves.
 _RANDOM_DATASETS = ("ShuffleDataset", "ShuffleAndRepeatDataset", "RandomDataset",
                     "SamplingDataset")
@@ -64,6 +72,10 @@ class GraphStage:
     batch_size: int | None  # batch ops: elements in per element out
     buffer_size: int | None = None  # shuffles: the buffer's elements
     deterministic: str | None = None  # parallel ops: "true", "false" or "default" (options)
+    # stateful ops in its functions other than READ_ONLY_STATEFUL: their results depend on the
+    # order of calls (random draws, writes), so a rewrite must not run the calls in parallel
+    stateful_ops: tuple[str, ...] = ()
+    force_synchronous: bool = False  # a map the user asked to run one element at a time
 
 
 def read_graph(dataset: tf.data.Dataset) -> tuple[graph_pb2.GraphDef, list[GraphStage]]:
@@ -110,7 +122,7 @@ def prefix_graph(graph_def: graph_pb2.GraphDef, node: str):
             todo.extend(nodes[name].input)
     for name in [n.name for n in graph.node if n.name not in needed]:
         graph.node.remove(nodes[name])
-    _fresh_resources(graph)
+    fresh_resources(graph)
     target = nodes[node]
     spec = tuple(tf.TensorSpec(tf.TensorShape(shape), tf.dtypes.as_dtype(dtype))
                  for shape, dtype in zip(target.attr["output_shapes"].list.shape,
@@ -123,7 +135,7 @@ def _types(node) -> list:
     return list(node.attr[key].list.type)
 
 
-def _fresh_resources(graph: graph_pb2.GraphDef) -> None:
+def fresh_resources(graph: graph_pb2.GraphDef) -> None:
     """Give every cache and shuffle its own resource: the serialised graph points at the
     original's (a cache it filled, the seed generator it advanced)."""
     consumers = {}
@@ -141,15 +153,31 @@ def _fresh_resources(graph: graph_pb2.GraphDef) -> None:
 
 
 def _stage(node, nodes, functions) -> GraphStage:
-    heavy, random, python = set(), node.op.startswith(_RANDOM_DATASETS), False
+    heavy, random, python, stateful = set(), node.op.startswith(_RANDOM_DATASETS), False, set()
     for op in _function_ops(node, functions):
         heavy |= {op} & HEAVY_OPS
         random = random or op.startswith(_RANDOM_PREFIXES)
         python = python or op in PYTHON_OPS
+        if _order_dependent(op, functions):
+            stateful.add(op)
+    synchronous = "force_synchronous" in node.attr and node.attr["force_synchronous"].b
     return GraphStage(node=node.name, op=node.op, name=_user_name(node),
                       parallelism=_parallelism(node, nodes), heavy_ops=tuple(sorted(heavy)),
                       random=random, python=python, batch_size=_batch_size(node, nodes),
-                      buffer_size=_buffer_size(node, nodes), deterministic=_deterministic(node))
+                      buffer_size=_buffer_size(node, nodes), deterministic=_deterministic(node),
+                      stateful_ops=tuple(sorted(stateful)), force_synchronous=synchronous)
+
+
+def _order_dependent(op: str, functions) -> bool:
+    """Whether a stateful ``op`` in a function gives results that depend on the order of calls.
+
+    Not a read-only op, nor a call (the called function's ops are read too), nor a dataset op
+    that is not random: an interleave's function makes a dataset per element, and what each
+    yields depends on its own inputs."""
+    if op in READ_ONLY_STATEFUL or op in functions or not tfapi.is_stateful(op):
+        return False
+    return not (op.endswith(("Dataset", "DatasetV2", "DatasetV3", "DatasetV4"))
+                and not op.startswith(_RANDOM_DATASETS))
 
 
 def _function_ops(node, functions) -> list[str]:

@@ -42,11 +42,13 @@ def _drain(iterator, n):
     return count, done
 
 
-def drain(iterator, seconds: float, clock=time.perf_counter) -> Measurement:
-    """Pull elements from ``iterator`` for about ``seconds``; the rate after the warm-up."""
+def drain(iterator, seconds: float, clock=time.perf_counter,
+          warmup: float | None = None) -> Measurement:
+    """Pull elements from ``iterator`` for about ``seconds``; the rate after the warm-up
+    (``warmup`` seconds, default 30% of ``seconds``; the budget then runs on after it)."""
     start = clock()
-    warm_until = start + _WARMUP_FRACTION * seconds
-    end = start + seconds
+    warm_until = start + (_WARMUP_FRACTION * seconds if warmup is None else warmup)
+    end = start + seconds + (0.0 if warmup is None else warmup)
     chunk, counted, counted_from, total = 1, 0, None, 0
     while True:
         before = clock()

@@ -43,15 +43,21 @@ class ModelReading:
 
 
 def chain(proto) -> list[ModelNode]:
-    """The model's nodes from the output down (first input of each), the root left out."""
+    """The model's nodes from the output down (first input of each), the root left out.
+
+    A node's other inputs are the datasets its function made (an interleave's or flat_map's
+    per-element datasets): their work is the stage's work, so their processing time is added
+    to the node's own."""
     nodes, out = proto.nodes, []
     key = proto.output
     while key in nodes:
         node = nodes[key]
         if node.name != "Root":
+            inner = sum(_subtree_ns(nodes, k) for k in list(node.inputs)[1:])
             out.append(ModelNode(
                 name=node.name, elements=int(node.num_elements),
-                processing_ns=int(node.processing_time), bytes_produced=int(node.bytes_produced),
+                processing_ns=int(node.processing_time) + inner,
+                bytes_produced=int(node.bytes_produced),
                 bytes_buffered=int(node.buffered_bytes),
                 # state_value is what runs now; value is the model's last recommendation
                 parameters={p.name: float(p.state_value or p.value) for p in node.parameters},
@@ -62,9 +68,28 @@ def chain(proto) -> list[ModelNode]:
     return out
 
 
-def read_model(proto, stages: list[GraphStage]) -> ModelReading:
-    """Match the model's nodes to ``stages`` (source to output)."""
+def _subtree_ns(nodes, key) -> int:
+    """Processing time of the node ``key`` and everything under it."""
+    total, todo, seen = 0, [key], set()
+    while todo:
+        current = todo.pop()
+        if current in seen or current not in nodes:
+            continue
+        seen.add(current)
+        total += int(nodes[current].processing_time)
+        todo.extend(nodes[current].inputs)
+    return total
+
+
+def read_model(proto, stages: list[GraphStage], repeated: bool = False) -> ModelReading:
+    """Match the model's nodes to ``stages`` (source to output); ``repeated``: the measured
+    iterator ran the pipeline under a ``repeat()`` of the analysis's own, which is left out."""
     model = chain(proto)
+    if repeated:  # ours is at the output, under a prefetch TensorFlow may have injected
+        ours = next((i for i, node in enumerate(model[:2])
+                     if op_kind(node.name) == "foreverrepeat"), None)
+        if ours is not None:
+            del model[ours]
     root = proto.nodes[proto.output]
     output_elements = int(root.num_elements) or (model[0].elements if model else 0)
     by_stage, fused, injected = {}, set(), False

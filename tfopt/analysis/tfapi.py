@@ -3,11 +3,12 @@
 ``tf.raw_ops.DatasetToGraphV2`` (serialise a dataset's graph), ``tf.raw_ops.DatasetFromGraph``
 (rebuild one), ``tf.raw_ops.DummyMemoryCache`` and ``tf.raw_ops.DummySeedGenerator`` (fresh
 resources for a rebuilt cache or shuffle), ``Dataset._variant_tensor``,
-``tf.data.experimental.from_variant`` and ``tf.data.experimental.get_model_proto`` (what
-AUTOTUNE measured and chose). Each is exercised by ``tests/analysis/test_tfapi.py``, so a
-TensorFlow upgrade that breaks one fails there first. On a TensorFlow outside
-:data:`TESTED_TENSORFLOW` the analysis runs with a warning; where one of them is gone it stops
-with :class:`~tfopt.errors.UnsupportedDatasetError` naming it.
+``tf.data.experimental.from_variant``, ``tf.data.experimental.get_model_proto`` (what
+AUTOTUNE measured and chose) and ``op_def_registry`` (which ops are stateful). Each is
+exercised by ``tests/analysis/test_tfapi.py``, so a TensorFlow upgrade that breaks one fails
+there first. On a TensorFlow outside :data:`TESTED_TENSORFLOW` the analysis runs with a
+warning; where one of them is gone it stops with :class:`~tfopt.errors.UnsupportedDatasetError`
+naming it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import logging
 
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
+from tensorflow.python.framework import op_def_registry
 
 from tfopt.errors import UnsupportedDatasetError
 
@@ -95,6 +97,13 @@ def fresh_resource_op(consumer_op: str) -> str | None:
     if consumer_op.startswith(("ShuffleDataset", "ShuffleAndRepeatDataset", "RandomDataset")):
         return "DummySeedGenerator"
     return None
+
+
+def is_stateful(op: str) -> bool:
+    """Whether TensorFlow registers ``op`` as stateful (False for an op it does not know, such
+    as a function called by its name)."""
+    op_def = op_def_registry.get(op)
+    return bool(op_def is not None and op_def.is_stateful)
 
 
 def first_line(error: Exception) -> str:
