@@ -59,7 +59,8 @@ TENSORFLOW_FREE = ["tfopt.records", "tfopt.gpu", "tfopt.cli", "tfopt.distribute.
                    "tfopt.distribute.launch", "tfopt._supervisor", "tfopt.data.config",
                    "tfopt.data.plan", "tfopt.data.choices", "tfopt.data.service",
                    "tfopt.tune.search", "tfopt.models", "tfopt.analysis.report",
-                   "tfopt.analysis.advice", "tfopt.analysis.analyze"]
+                   "tfopt.analysis.advice", "tfopt.analysis.analyze",
+                   "tfopt.analysis.plot"]
 
 
 def module_name(path: Path) -> str:

@@ -70,6 +70,12 @@ def _bound(stage: Stage, workers: int, cores: int) -> float:
     return math.inf if cost <= 0 else min(workers, cores) / cost
 
 
+def bound_as_written(stage: Stage, cores: int) -> float:
+    """The output elements/s ``stage`` alone allows as written: ``min(p, C) / cost`` (inf where
+    its cost is unknown)."""
+    return _bound(stage, parallelism_now(stage, cores), cores)
+
+
 def predicted_rate(stages, cores: int, workers: dict[int, int] | None = None) -> float | None:
     """The model's output rate with each stage on ``workers[index]`` (default: as written)."""
     total = sum(s.cost_s for s in stages)
@@ -88,7 +94,7 @@ def allocation(stages, cores: int) -> Allocation:
     sequential = [1 / s.cost_s for s in stages if not can_parallelize(s) and s.cost_s > 0]
     ceiling = min(cores / total, *sequential)
     predicted = predicted_rate(stages, cores)
-    bounds = {s.label: _bound(s, parallelism_now(s, cores), cores) for s in stages}
+    bounds = {s.label: bound_as_written(s, cores) for s in stages}
     label, smallest = min(bounds.items(), key=lambda item: item[1])
     if smallest > cores / total:  # the cores bind: the stage that costs the most
         label = max(stages, key=lambda s: s.cost_s).label

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,29 @@ class PipelineReport:
             "ram_budget": self.ram_budget,
         }
         return json.dumps(_finite(data), indent=2)
+
+    def plot(self, path, title: str | None = None) -> Path:
+        """Chart each stage's rate as written against the ceiling and the measured rate.
+
+        One horizontal bar per stage, source at the top: the output elements/s that stage
+        alone allows, ``min(p, C) / cost`` (no bar, "-", where its cost is unknown); the
+        bottleneck's bar in red; vertical lines at ``ceiling_per_s`` and ``rate_per_s``; a log
+        x axis. ``path`` ending in ``.svg`` needs nothing, ``.png`` needs matplotlib (the
+        ``plot`` extra). Written atomically.
+
+        Args:
+            path: Where to write: FILE.svg or FILE.png.
+            title: The chart's title [default: one naming the bottleneck].
+
+        Returns:
+            ``path``, as a Path.
+
+        Raises:
+            tfopt.InvalidArgumentError: Another suffix, or a PNG without matplotlib.
+        """
+        from tfopt.analysis.plot import write_report_plot
+
+        return write_report_plot(path, self, title)
 
     def describe(self) -> str:
         header = ("#", "stage", "op", "parallel", "self us", "per core/s", "prefix/s",

@@ -12,7 +12,7 @@ import html
 import math
 from pathlib import Path
 
-from tfopt._files import atomic_path, atomic_write_bytes
+from tfopt._plot import PLOT_SUFFIXES, new_figure, plot_format, save_png, write_svg
 from tfopt.errors import InvalidArgumentError
 
 __all__ = ["PLOT_SUFFIXES", "sweep_svg", "write_sweep_plot", "write_sweep_png", "write_sweep_svg"]
@@ -79,10 +79,7 @@ def sweep_svg(sweep: dict[int, float], title: str = "tfopt throughput by batch s
 
 def write_sweep_svg(path, sweep: dict[int, float], title: str | None = None) -> Path:
     """Write :func:`sweep_svg` to ``path`` atomically (temporary name, fsync, rename)."""
-    path = Path(path)
-    text = sweep_svg(sweep, title) if title else sweep_svg(sweep)
-    atomic_write_bytes(path, text.encode("utf-8"))
-    return path
+    return write_svg(path, sweep_svg(sweep, title) if title else sweep_svg(sweep))
 
 
 def write_sweep_png(path, sweep: dict[int, float], title: str | None = None) -> Path:
@@ -93,17 +90,9 @@ def write_sweep_png(path, sweep: dict[int, float], title: str | None = None) -> 
     """
     if not sweep:
         raise InvalidArgumentError("sweep is empty: give batch sizes to plot")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")  # files only: no display here or on servers
-        from matplotlib import pyplot
-    except ImportError:
-        raise InvalidArgumentError(
-            f"--plot {path}: a PNG needs matplotlib (pip install 'tfopt[plot]'); "
-            "or write an SVG (--plot FILE.svg), which needs nothing") from None
+    figure = new_figure(path, (6.4, 4.0))
+    axes = figure.subplots()
     sizes = sorted(sweep)
-    figure, axes = pyplot.subplots(figsize=(6.4, 4.0), dpi=100)
     axes.plot(sizes, [sweep[size] for size in sizes], marker="o")
     axes.set_xscale("log", base=2)
     axes.set_xticks(sizes, [str(size) for size in sizes])
@@ -111,16 +100,11 @@ def write_sweep_png(path, sweep: dict[int, float], title: str | None = None) -> 
     axes.set_ylabel("examples/s")
     axes.set_title(title or "tfopt throughput by batch size")
     axes.grid(True, alpha=0.3)
-    path = Path(path)
-    with atomic_path(path) as temporary:
-        figure.savefig(temporary, format="png", bbox_inches="tight")
-    pyplot.close(figure)
-    return path
+    return save_png(figure, path)
 
 
-# Chart writers by file suffix: --plot picks one from the name it is given.
-_PLOT_WRITERS = {".svg": write_sweep_svg, ".png": write_sweep_png}
-PLOT_SUFFIXES = tuple(_PLOT_WRITERS)  # what --plot accepts: the CLI checks it before the benchmark
+# Chart writers by format: --plot picks one from the suffix of the name it is given.
+_PLOT_WRITERS = {"svg": write_sweep_svg, "png": write_sweep_png}
 
 
 def write_sweep_plot(path, sweep: dict[int, float], title: str | None = None) -> Path:
@@ -129,8 +113,4 @@ def write_sweep_plot(path, sweep: dict[int, float], title: str | None = None) ->
     Raises:
         tfopt.InvalidArgumentError: Another suffix (the message lists the valid ones).
     """
-    writer = _PLOT_WRITERS.get(Path(path).suffix.lower())
-    if writer is None:
-        raise InvalidArgumentError(f"--plot {path}: expected a file ending in "
-                                   f"{' or '.join(_PLOT_WRITERS)}")
-    return writer(path, sweep, title)
+    return _PLOT_WRITERS[plot_format(path)](path, sweep, title)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import re
+from pathlib import Path
 
 import click
 
+from tfopt._plot import PLOT_SUFFIXES
 from tfopt._text import human_bytes, table  # noqa: F401  (re-exported for commands)
 from tfopt.errors import TfoptError
 
@@ -67,6 +70,23 @@ def batch_size_list(ctx, param, value) -> tuple[int, ...] | None:
         raise click.BadParameter(f"{value!r}: expected positive batch sizes separated by "
                                  "commas, e.g. 32,64,128")
     return sizes
+
+
+def plot_path(ctx, param, value):
+    """A click callback refusing a --plot file that could not be written, before the work runs:
+    another suffix than .svg or .png, a missing folder, a PNG without matplotlib."""
+    if value is None:
+        return None
+    path = Path(value)
+    if path.suffix.lower() not in PLOT_SUFFIXES:
+        raise click.BadParameter(f"{value!r}: expected a file ending in "
+                                 f"{' or '.join(PLOT_SUFFIXES)}")
+    if not path.resolve().parent.is_dir():
+        raise click.BadParameter(f"{value!r}: the folder {str(path.parent)!r} does not exist")
+    if path.suffix.lower() == ".png" and importlib.util.find_spec("matplotlib") is None:
+        raise click.BadParameter(f"{value!r}: a PNG needs matplotlib (pip install "
+                                 "'tfopt[plot]'); or write an SVG, which needs nothing")
+    return value
 
 
 def echo_json(data) -> None:

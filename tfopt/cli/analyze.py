@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from tfopt.cli._common import ByteSize, finite, needs_tensorflow
+from tfopt.cli._common import ByteSize, finite, needs_tensorflow, plot_path
 from tfopt.errors import InvalidArgumentError
 
 
@@ -59,9 +59,12 @@ def load_dataset(target: str):
 @click.option("--ram-budget", type=ByteSize(),
               help="Memory a cache or shuffle buffer may use, e.g. 2GB or 512MiB [default: half "
               "the memory available now].")
+@click.option("--plot", type=click.Path(dir_okay=False), callback=plot_path,
+              help="Chart each stage's rate against the ceiling and the measured rate: "
+              "FILE.svg, or FILE.png with matplotlib (tfopt[plot]).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress line on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
-def analyze(target, seconds, cores, ram_budget, quiet, as_json):
+def analyze(target, seconds, cores, ram_budget, plot, quiet, as_json):
     """Find the slow stage of a tf.data pipeline and what would speed it up.
 
     FUNCTION, in FILE.py, takes no arguments and returns a tf.data.Dataset (the file's folder is
@@ -83,6 +86,10 @@ def analyze(target, seconds, cores, ram_budget, quiet, as_json):
     finally:
         if not quiet:
             click.echo("", err=True)
+    if plot:
+        report.plot(plot)
+        if not quiet:
+            click.echo(f"plot written to {plot}", err=True)
     click.echo(report.to_json() if as_json else report.describe())
 
 

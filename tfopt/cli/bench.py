@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import click
 
-from tfopt.bench.plot import PLOT_SUFFIXES  # imports no TensorFlow
 from tfopt.bench.service_workers import MAX_SERVICE_WORKERS  # imports no TensorFlow
-from tfopt.cli._common import batch_size_list, echo_json, needs_tensorflow
+from tfopt.cli._common import batch_size_list, echo_json, needs_tensorflow, plot_path
 from tfopt.models import MIN_IMAGE_SIZE, ModelName, ModelSize  # imports no TensorFlow
 
 
@@ -34,22 +30,6 @@ def _worker_counts(ctx, param, value):
 # Checked here, before any work: the library checks them too, but only once the benchmark (or,
 # for bench train, the demo data) has run for a minute or more.
 _POSITIVE = click.IntRange(min=1)
-
-
-def _plot_path(ctx, param, value):
-    """Refuse a --plot file that could not be written, before the benchmark runs."""
-    if value is None:
-        return None
-    path = Path(value)
-    if path.suffix.lower() not in PLOT_SUFFIXES:
-        raise click.BadParameter(f"{value!r}: expected a file ending in "
-                                 f"{' or '.join(PLOT_SUFFIXES)}")
-    if not path.resolve().parent.is_dir():
-        raise click.BadParameter(f"{value!r}: the folder {str(path.parent)!r} does not exist")
-    if path.suffix.lower() == ".png" and importlib.util.find_spec("matplotlib") is None:
-        raise click.BadParameter(f"{value!r}: a PNG needs matplotlib (pip install "
-                                 "'tfopt[plot]'); or write an SVG, which needs nothing")
-    return value
 
 
 @bench.command("pipeline")
@@ -134,7 +114,7 @@ def pipeline(path, batch_size, image_size, training, epochs, repeats, cache, max
 @click.option("--fuse-batch-norm/--keras-batch-norm", default=True, show_default=True,
               help="tfopt's model runs batch normalisation with TensorFlow's fused kernel "
                    "(tfopt.fuse_batch_norm), or as Keras 3 does.")
-@click.option("--plot", type=click.Path(dir_okay=False), callback=_plot_path,
+@click.option("--plot", type=click.Path(dir_okay=False), callback=plot_path,
               help="Chart the sweep's examples/s against batch size: FILE.svg, or FILE.png with "
                    "matplotlib (tfopt[plot]); without --batch-sizes the sweep is 32,64,128.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
