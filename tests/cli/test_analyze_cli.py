@@ -18,6 +18,19 @@ EXAMPLE = textwrap.dedent('''
         return (tf.data.Dataset.range(10**6).map(double, name="double").batch(32)
                 .prefetch(2))
 
+    def sequential_lookup():
+        table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(["a", "b"], [1, 2], value_dtype=tf.int64), -1)
+
+        def heavy(word):
+            m = tf.fill([128, 128], tf.cast(table.lookup(word), tf.float32) * 1e-3)
+            for _ in range(6):
+                m = tf.matmul(m, m) * 1e-3
+            return tf.reduce_sum(m)
+
+        return tf.data.Dataset.from_tensor_slices(["a", "b", "c"] * 100).map(
+            heavy, name="lookup").batch(8)
+
     def not_a_dataset():
         return [1, 2, 3]
 ''')
@@ -50,6 +63,21 @@ def test_the_table(example):
     result = run("analyze", f"{example}:pipeline", "--seconds", "0.5")
     assert result.exit_code == 0, result.output
     assert "bottleneck:" in result.stdout and "double" in result.stdout
+
+
+def test_apply_makes_the_rewrites_and_measures_before_and_after(example):
+    result = run("analyze", f"{example}:sequential_lookup", "--seconds", "3", "--cores", "2",
+                 "--apply", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    optimization = data["optimization"]
+    considered = optimization["changes"] + optimization["skipped"]
+    assert [c["stage"] for c in considered if c["kind"] == "parallelize"] == ["lookup"]
+    assert optimization["before_per_s"] > 0 and optimization["after_per_s"] > 0
+    assert "the rewrite: as written" in result.stderr
+    table = run("analyze", f"{example}:sequential_lookup", "--seconds", "2", "--apply", "-q")
+    assert table.exit_code == 0 and "rewrites (tfopt.optimize):" in table.stdout
+    assert "measured:" in table.stdout and table.stderr == ""
 
 
 def one_error_line(result) -> str:

@@ -266,9 +266,11 @@ def _apply(dataset, options, found, changes, skipped, seconds, started, progress
         return tfapi.rebuild(_fresh(graph), spec).with_options(
             dataset.options() if original else options)
 
+    steps = iter(range(4))
+
     def rate(graph, share, label):
         if progress is not None:
-            progress(0, 1, label)
+            progress(next(steps, 3), 4, f"the rewrite: {label}")
         try:
             return measure.drain(iter(build(graph, original=graph is graph_def)), share).rate
         except tf.errors.OpError as error:

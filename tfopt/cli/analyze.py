@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -62,9 +63,12 @@ def load_dataset(target: str):
 @click.option("--plot", type=click.Path(dir_okay=False), callback=plot_path,
               help="Chart each stage's rate against the ceiling and the measured rate: "
               "FILE.svg, or FILE.png with matplotlib (tfopt[plot]).")
+@click.option("--apply", "apply_rewrites", is_flag=True,
+              help="Also make the safe rewrites (tfopt.optimize) and measure the pipeline "
+              "before and after them; --seconds then covers both.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress line on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
-def analyze(target, seconds, cores, ram_budget, plot, quiet, as_json):
+def analyze(target, seconds, cores, ram_budget, plot, apply_rewrites, quiet, as_json):
     """Find the slow stage of a tf.data pipeline and what would speed it up.
 
     FUNCTION, in FILE.py, takes no arguments and returns a tf.data.Dataset (the file's folder is
@@ -80,9 +84,17 @@ def analyze(target, seconds, cores, ram_budget, plot, quiet, as_json):
             click.echo(f"\ranalyze: measuring {done + 1}/{total}: {what}".ljust(72), err=True,
                        nl=False)
 
+    optimization = None
     try:
-        report = run(dataset, seconds=seconds, cores=cores, ram_budget=ram_budget,
-                     progress=progress)
+        if apply_rewrites:
+            from tfopt.analysis.optimize import optimize_with_report
+
+            optimization = optimize_with_report(dataset, seconds=seconds, cores=cores,
+                                                ram_budget=ram_budget, progress=progress)
+            report = optimization.analysis
+        else:
+            report = run(dataset, seconds=seconds, cores=cores, ram_budget=ram_budget,
+                         progress=progress)
     finally:
         if not quiet:
             click.echo("", err=True)
@@ -90,7 +102,15 @@ def analyze(target, seconds, cores, ram_budget, plot, quiet, as_json):
         report.plot(plot)
         if not quiet:
             click.echo(f"plot written to {plot}", err=True)
-    click.echo(report.to_json() if as_json else report.describe())
+    if as_json:
+        data = json.loads(report.to_json())
+        if optimization is not None:
+            data["optimization"] = optimization.to_dict()
+        click.echo(json.dumps(data, indent=2))
+    else:
+        click.echo(report.describe())
+        if optimization is not None:
+            click.echo("\nrewrites (tfopt.optimize):\n" + optimization.describe())
 
 
 COMMANDS = [analyze]
