@@ -58,3 +58,27 @@ def test_get_model_proto_reads_autotunes_parallelism_and_raises_not_found_when_o
     off = iter(dataset.with_options(options))
     next(off)
     assert tfapi.model_proto(off) is None  # NotFound inside
+
+
+def test_op_def_registry_says_which_ops_are_stateful():
+    assert tfapi.is_stateful("RandomUniform") and tfapi.is_stateful("LookupTableFindV2")
+    assert not tfapi.is_stateful("MatMul") and not tfapi.is_stateful("StatelessRandomUniformV2")
+    assert not tfapi.is_stateful("__no_such_op__")  # a function called by its name
+
+
+def test_parallel_dataset_ops_take_the_inputs_and_attributes_the_rewrites_give_them():
+    from tensorflow.python.framework import op_def_registry
+
+    def inputs(op):
+        return [arg.name for arg in op_def_registry.get(op).input_arg]
+
+    assert inputs("ParallelMapDatasetV2") == ["input_dataset", "other_arguments",
+                                              "num_parallel_calls"]
+    assert inputs("ParallelInterleaveDatasetV4")[-4:] == [
+        "block_length", "buffer_output_elements", "prefetch_input_elements",
+        "num_parallel_calls"]
+    assert inputs("ParallelBatchDataset") == ["input_dataset", "batch_size",
+                                              "num_parallel_calls", "drop_remainder"]
+    assert inputs("CacheDatasetV2") == ["input_dataset", "filename", "cache"]
+    attrs = {a.name for a in op_def_registry.get("ParallelMapDatasetV2").attr}
+    assert {"deterministic", "preserve_cardinality", "use_inter_op_parallelism"} <= attrs

@@ -39,7 +39,7 @@ logger = logging.getLogger("tfopt")
 
 KEEP_FRACTION = 0.95  # a rewrite measured below this fraction of the original is dropped
 GAIN = 1.05  # a parallel rewrite the model expects less from is not made
-_ANALYSIS_SHARE = 0.6  # of `seconds`: the analysis; the rest measures before and after
+_ANALYSIS_SHARE = 0.5  # of `seconds`: the analysis; the rest measures before and after
 _PARALLEL_MAPS = ("ParallelMapDataset", "ParallelMapDatasetV2")
 
 

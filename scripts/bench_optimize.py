@@ -1,0 +1,314 @@
+"""tfopt.optimize on pipelines written the way users write them, side by side with the original
+and with the tf.data guide's hand-tuned recipe for the same work.
+
+    python scripts/bench_optimize.py [--work bench-optimize] [--rounds 3] [--seconds 8]
+
+The data is made once in --work (kept for later runs): demo images (tfopt demo-data), camera-
+sized photos (demo-data --kind photos), TFRecord shards written by plain TensorFlow under Model
+Garden's keys without a tfopt manifest, tfopt's own shards of the demo images, and a text corpus.
+Each case is one flawed pipeline, the bottleneck the analysis should name, and the guide's fix.
+Every round builds all three anew (a cache must not survive into the next round), runs them in
+a rotating order, and drains each in-graph (``Dataset.reduce``) for its epochs; the table has
+the medians. ``optimize`` is called once per round on a fresh copy; its time is in the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from tfopt._tf import import_tensorflow  # noqa: E402
+
+tf = import_tensorflow()
+import keras  # noqa: E402
+
+import tfopt  # noqa: E402
+
+AUTOTUNE = tf.data.AUTOTUNE
+SIZE = 224
+BATCH = 64
+
+
+@dataclass
+class Case:
+    name: str
+    data: str  # what it reads, for the table
+    expected: str  # the stage the analysis should name as the bottleneck
+    original: object  # () -> the pipeline as a user wrote it
+    tuned: object | None  # () -> the guide's recipe for the same work (None: no safe rewrite)
+    epochs: int = 1
+    cached: bool = False  # report epoch 1 and the later epochs apart
+
+
+# ---- data -------------------------------------------------------------------------------------
+
+def make_data(work: Path) -> dict[str, object]:
+    work.mkdir(parents=True, exist_ok=True)
+    images, photos = work / "images", work / "photos"
+    if not images.exists():
+        tfopt.make_demo_data(images, count=1500, classes=10)
+    if not photos.exists():
+        tfopt.make_demo_data(photos, count=120, classes=6, kind="photos")
+    garden = work / "garden"
+    if not garden.exists():
+        write_garden_shards(images, garden)
+    shards = work / "shards"
+    if not shards.exists():
+        tfopt.convert(str(images), str(shards), val_fraction=0.0)
+    return {"images": images, "photos": photos,
+            "garden": sorted(glob.glob(str(garden / "train-*"))),
+            "shards": sorted(glob.glob(str(shards / "train-*.tfrecord"))),
+            "text": text_corpus()}
+
+
+def write_garden_shards(images: Path, dst: Path, shards: int = 8) -> None:
+    """The demo images at 320 px, written with tf.io.TFRecordWriter under Model Garden's keys
+    (image/encoded, image/class/label, image/height, image/width), no manifest."""
+    partial = dst.with_name(dst.name + ".partial")
+    partial.mkdir(parents=True, exist_ok=True)
+    classes = sorted(p.name for p in images.iterdir() if p.is_dir())
+    items = [(path, label) for label, name in enumerate(classes)
+             for path in sorted((images / name).glob("*.jpg"))]
+    random.Random(0).shuffle(items)
+    for shard in range(shards):
+        with tf.io.TFRecordWriter(str(partial / f"train-{shard:05d}-of-{shards:05d}")) as writer:
+            for path, label in items[shard::shards]:
+                image = tf.io.decode_jpeg(tf.io.read_file(str(path)), channels=3)
+                height, width = int(image.shape[0]), int(image.shape[1])
+                scale = 320 / max(height, width)
+                size = (round(height * scale), round(width * scale))
+                image = tf.cast(tf.round(tf.image.resize(image, size)), tf.uint8)
+                feature = {
+                    "image/encoded": _bytes(tf.io.encode_jpeg(image, quality=90).numpy()),
+                    "image/class/label": _int(label),
+                    "image/height": _int(size[0]), "image/width": _int(size[1])}
+                writer.write(tf.train.Example(features=tf.train.Features(
+                    feature=feature)).SerializeToString())
+    partial.rename(dst)
+
+
+def _bytes(value):
+    return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
+
+def _int(value):
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+
+
+def text_corpus(lines: int = 20000):
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(3000)]
+    text = [" ".join(rng.choices(words, k=rng.randint(12, 60))) for _ in range(lines)]
+    return text, [rng.randint(0, 1) for _ in range(lines)], words
+
+
+# ---- the pipelines ------------------------------------------------------------------------------
+
+def parse_decode(keys):
+    image_key, label_key = keys
+
+    def parse(record):
+        example = tf.io.parse_single_example(record, {
+            image_key: tf.io.FixedLenFeature([], tf.string),
+            label_key: tf.io.FixedLenFeature([], tf.int64)})
+        image = tf.io.decode_jpeg(example[image_key], channels=3)
+        return tf.image.resize(image, (SIZE, SIZE)) / 255.0, example[label_key]
+
+    return parse
+
+
+def load_image(path):
+    image = tf.io.decode_jpeg(tf.io.read_file(path), channels=3)
+    return tf.image.resize(image, (SIZE, SIZE)) / 255.0
+
+
+def flip(images):
+    return tf.image.random_flip_left_right(images)
+
+
+def cases(data) -> list[Case]:
+    garden, shards = data["garden"], data["shards"]
+    garden_parse = parse_decode(("image/encoded", "image/class/label"))
+    tfopt_keys = tfopt_feature_keys(data["shards"])
+    own_parse = parse_decode(tfopt_keys)
+    text, labels, words = data["text"]
+    vectorize = keras.layers.TextVectorization(max_tokens=len(words) + 2,
+                                               output_sequence_length=64, vocabulary=words)
+
+    def texts():
+        return tf.data.Dataset.from_tensor_slices((text, labels))
+
+    def folder(root):
+        return tf.data.Dataset.list_files(str(Path(root) / "*" / "*.jpg"), shuffle=False)
+
+    def per_file(parallel):
+        files = tf.data.Dataset.from_tensor_slices(garden)
+        return files.interleave(
+            lambda f: tf.data.TFRecordDataset(f).map(garden_parse), cycle_length=4,
+            num_parallel_calls=AUTOTUNE if parallel else None, name="read_parse")
+
+    def user_way(files, parse):  # how many users write it: no parallelism, no prefetch
+        return (tf.data.TFRecordDataset(files).shuffle(1000)
+                .map(parse, name="parse_decode").batch(BATCH))
+
+    def guide_way(files, parse):  # the tf.data guide: parallel reads and maps, prefetch
+        return (tf.data.Dataset.from_tensor_slices(files)
+                .interleave(tf.data.TFRecordDataset, num_parallel_calls=AUTOTUNE)
+                .shuffle(1000).map(parse, num_parallel_calls=AUTOTUNE)
+                .batch(BATCH).prefetch(AUTOTUNE))
+
+    def decode_epochs(root, cache):
+        images = folder(root).map(load_image, num_parallel_calls=AUTOTUNE, name="load")
+        if cache:
+            images = images.cache()
+        return (images.shuffle(1000).batch(BATCH).map(flip, name="flip").prefetch(AUTOTUNE))
+
+    def pil_load(path):
+        from PIL import Image  # noqa: PLC0415 - only this case needs Pillow
+
+        with Image.open(path.numpy().decode()) as image:
+            image = image.convert("RGB").resize((SIZE, SIZE))
+            return (tf.convert_to_tensor(image.__array__()) / 255).numpy().astype("float32")
+
+    def python_decode():
+        return (folder(data["images"])
+                .map(lambda p: tf.ensure_shape(tf.py_function(pil_load, [p], tf.float32),
+                                               [SIZE, SIZE, 3]), name="pil_load")
+                .batch(BATCH).prefetch(AUTOTUNE))
+
+    found = [
+        Case("text: TextVectorization map", "20,000 lines", "vectorize",
+             lambda: texts().map(lambda t, y: (vectorize(t), y), name="vectorize").batch(BATCH),
+             lambda: texts().map(lambda t, y: (vectorize(t), y), num_parallel_calls=AUTOTUNE)
+             .batch(BATCH).prefetch(AUTOTUNE)),
+        Case("per-file parse in a sequential interleave", "foreign shards", "read_parse",
+             lambda: per_file(False).batch(BATCH),
+             lambda: per_file(True).batch(BATCH).prefetch(AUTOTUNE)),
+        Case("TFRecordDataset(files).shuffle.map.batch", "foreign shards", "parse_decode",
+             lambda: user_way(garden, garden_parse), lambda: guide_way(garden, garden_parse)),
+        Case("TFRecordDataset(files).shuffle.map.batch", "tfopt's demo shards", "parse_decode",
+             lambda: user_way(shards, own_parse), lambda: guide_way(shards, own_parse)),
+        Case("decode every epoch, no cache (3 epochs)", "demo images", "load",
+             lambda: decode_epochs(data["images"], False),
+             lambda: decode_epochs(data["images"], True), epochs=3, cached=True),
+        Case("decode every epoch, no cache (3 epochs)", "camera photos", "load",
+             lambda: decode_epochs(data["photos"], False),
+             lambda: decode_epochs(data["photos"], True), epochs=3, cached=True),
+        Case("already tuned: the guide's recipe", "foreign shards", "parse_decode",
+             lambda: guide_way(garden, garden_parse), lambda: guide_way(garden, garden_parse)),
+    ]
+    try:
+        import PIL  # noqa: F401
+    except ImportError:
+        print("Pillow is not installed: the py_function case is left out", file=sys.stderr)
+    else:
+        found.append(Case("PIL decode in py_function", "demo images", "pil_load",
+                          python_decode, None))
+    return found
+
+
+def tfopt_feature_keys(shard_files) -> tuple[str, str]:
+    """The image and label keys of tfopt's shards, from one record."""
+    record = next(iter(tf.data.TFRecordDataset(shard_files[:1])))
+    example = tf.train.Example.FromString(record.numpy())
+    keys = list(example.features.feature)
+    image = next(k for k in keys if example.features.feature[k].bytes_list.value
+                 and example.features.feature[k].bytes_list.value[0][:2] == b"\xff\xd8")
+    label = next(k for k in keys if "label" in k and example.features.feature[k].int64_list.value)
+    return image, label
+
+
+# ---- measuring -------------------------------------------------------------------------------
+
+def examples_in(dataset) -> int:
+    """Drain one epoch in-graph; the number of examples (batch sizes summed)."""
+    def count(total, element):
+        return total + tf.cast(tf.shape(tf.nest.flatten(element)[0])[0], tf.int64)
+
+    return int(dataset.reduce(tf.constant(0, tf.int64), count))
+
+
+def epoch_rates(dataset, epochs: int) -> list[float]:
+    rates = []
+    for _ in range(epochs):
+        start = time.perf_counter()
+        count = examples_in(dataset)
+        rates.append(count / (time.perf_counter() - start))
+    return rates
+
+
+def run_case(case: Case, rounds: int, seconds: float) -> dict:
+    rates = {"original": [], "tuned": [], "optimize": []}
+    bottlenecks, analyse_s, optimize_s, changes = [], [], [], set()
+    for round_ in range(rounds):
+        datasets = {"original": case.original()}
+        if case.tuned is not None:
+            datasets["tuned"] = case.tuned()
+        start = time.perf_counter()
+        result = tfopt.optimize_with_report(case.original(), seconds=seconds)
+        optimize_s.append(time.perf_counter() - start)
+        analyse_s.append(result.analysis.seconds)
+        bottlenecks.append(result.analysis.bottleneck)
+        changes.update(f"{c.kind}({c.stage})" for c in result.changes)
+        datasets["optimize"] = result.dataset
+        order = list(datasets)
+        order = order[round_ % len(order):] + order[:round_ % len(order)]
+        for name in order:
+            rates[name].append(epoch_rates(datasets[name], case.epochs))
+        del datasets, result
+    out = {"bottlenecks": bottlenecks, "analyse_s": statistics.median(analyse_s),
+           "optimize_s": statistics.median(optimize_s), "changes": sorted(changes)}
+    for name, runs in rates.items():
+        if not runs:
+            continue
+        if case.cached:
+            out[name] = (statistics.median(r[0] for r in runs),
+                         statistics.median(statistics.mean(r[1:]) for r in runs))
+        else:
+            out[name] = (statistics.median(statistics.mean(r) for r in runs),)
+    return out
+
+
+def ratio(a, b) -> str:
+    return " / ".join(f"{x / y:.2f}x" for x, y in zip(a, b, strict=True))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=Path("bench-optimize"))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=8.0, help="optimize's budget")
+    parser.add_argument("--only", help="run the cases whose name or data contain this")
+    args = parser.parse_args(argv)
+    data = make_data(args.work)
+    print("| pipeline | data | bottleneck named (expected) | optimize: changes | "
+          "original ex/s | optimize / original | optimize / guide | analyse s | optimize s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for case in cases(data):
+        if args.only and args.only not in case.name and args.only not in case.data:
+            continue
+        out = run_case(case, args.rounds, args.seconds)
+        named = ", ".join(sorted(set(out["bottlenecks"])))
+        mark = "yes" if set(out["bottlenecks"]) == {case.expected} else "NO"
+        original = " / ".join(f"{r:,.0f}" for r in out["original"])
+        tuned = ratio(out["optimize"], out["tuned"]) if "tuned" in out else "no safe rewrite"
+        print(f"| {case.name} | {case.data} | {named} ({mark}) | "
+              f"{', '.join(out['changes']) or 'none'} | {original} | "
+              f"{ratio(out['optimize'], out['original'])} | {tuned} | "
+              f"{out['analyse_s']:.1f} | {out['optimize_s']:.1f} |", flush=True)
+    print("\nCached cases: epoch 1 / epochs 2-3. Medians of "
+          f"{args.rounds} rounds; TensorFlow {tf.__version__}, {os.cpu_count()} CPUs.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
