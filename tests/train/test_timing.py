@@ -146,6 +146,7 @@ def test_advice_names_the_fix():
     # a pipeline tfopt did not build: the analysis that finds its slow stage
     assert "tfopt.analyze(dataset)" in InputBound.HIGH.advice
     assert "tfopt.analyze(dataset)" in InputBound.MODERATE.advice
+    assert "tfopt.optimize(dataset)" in InputBound.HIGH.advice
     assert "tfopt.analyze" not in InputBound.NOT.advice
 
 

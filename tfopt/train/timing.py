@@ -265,12 +265,13 @@ _ADVICE = {
     InputBound.NOT: "the input pipeline keeps up; look at the model side (precision, "
     "steps_per_execution, batch size)",
     InputBound.MODERATE: "tfopt.analyze(dataset) names the slow stage and what to change "
-    "(often prefetch and num_parallel_calls=AUTOTUNE); for TFRecord shards see "
-    "tfopt.build_pipeline",
+    "(often prefetch and num_parallel_calls=AUTOTUNE), and tfopt.optimize(dataset) makes the "
+    "safe changes; for TFRecord shards see tfopt.build_pipeline",
     InputBound.HIGH: "the accelerator waits for data: tfopt.analyze(dataset) (or 'tfopt "
     "analyze FILE.py:FUNCTION') names the slow stage, the ceiling on these cores and what to "
     "change (parallel reads and map, a cache of decoded data, prefetch, augmentation on the "
-    "device); for TFRecord shards see tfopt.build_pipeline",
+    "device), and tfopt.optimize(dataset) makes the changes that keep its elements and "
+    "order; for TFRecord shards see tfopt.build_pipeline",
 }
 
 
