@@ -158,6 +158,61 @@ def test_zip_is_refused_with_one_line_naming_the_op():
     with pytest.raises(UnsupportedDatasetError, match="ZipDataset") as error:
         tfopt.analyze(zipped, seconds=0.5)
     assert "\n" not in str(error.value)
+    # a zip with a finite range is no counter
+    finite = tf.data.Dataset.zip((tf.data.Dataset.range(3), tf.data.Dataset.range(9).map(slow)))
+    with pytest.raises(UnsupportedDatasetError, match="ZipDataset"):
+        tfopt.analyze(finite, seconds=0.5)
+
+
+@pytest.mark.parametrize("counted", [
+    lambda data: data.enumerate(name="index"),
+    # the counter second: the chain and the model's follow the data all the same
+    lambda data: tf.data.Dataset.zip((data, tf.data.Dataset.range(5, 2**63 - 1)), name="index"),
+])
+def test_enumerate_is_a_stage_of_the_chain_matched_to_the_model(counted):
+    data = tf.data.Dataset.range(10**9, name="ids").map(slow, name="slow")
+    dataset = counted(data).batch(8, name="batch").prefetch(2, name="ahead")
+    report = tfopt.analyze(dataset, seconds=1.5, cores=2)
+    assert [s.label for s in report.stages] == ["ids", "slow", "index", "batch", "ahead"]
+    assert report.stage("index").op == "ZipDataset"
+    assert report.stage("slow").elements_per_output == 8
+    # the model's chain went on through the data, not the counter: a node for every stage
+    assert not any("no model node" in note for note in report.notes), report.notes
+    assert report.stage("slow").runtime_parallelism is not None
+    assert report.bottleneck == "slow"
+
+
+def test_tensorflows_shuffle_and_repeat_fusion_is_matched_to_both_stages():
+    dataset = (tf.data.Dataset.range(10**6, name="ids").shuffle(64, name="mix")
+               .repeat(name="again").map(slow, num_parallel_calls=AUTOTUNE, name="slow")
+               .batch(8, name="batch").prefetch(2, name="ahead"))
+    report = tfopt.analyze(dataset, seconds=1.5, cores=2)
+    assert not any("no model node" in note for note in report.notes), report.notes
+    # one ShuffleAndRepeat node runs both: its time is the shuffle's
+    assert report.stage("mix").fused and report.stage("again").self_time_s == 0
+    assert report.bottleneck == "slow"
+
+
+def test_records_per_file_come_from_a_pass_of_each_and_a_few_files_are_no_bottleneck(tmp_path):
+    files = []
+    for index in range(3):
+        files.append(str(tmp_path / f"part-{index}.tfrecord"))
+        with tf.io.TFRecordWriter(files[-1]) as writer:
+            for record in range(50):
+                writer.write(f"{index}-{record}".encode())
+    dataset = (tf.data.Dataset.from_tensor_slices(files, name="files")
+               .interleave(tf.data.TFRecordDataset, cycle_length=2, num_parallel_calls=AUTOTUNE,
+                           name="read")
+               .shuffle(100, name="mix").repeat(name="again")
+               .map(lambda record: slow(tf.strings.length(record)), name="slow")
+               .batch(10, name="batch").prefetch(2, name="ahead"))
+    report = tfopt.analyze(dataset, seconds=2.0, cores=2)
+    # the model counts this pass of the read's iterator (early in a pass: a file or two for
+    # a record); one pass of each prefix says 3 files for 150 records
+    assert report.stage("read").elements_per_output == 10
+    assert report.stage("files").elements_per_output == pytest.approx(10 / 50)
+    # the file list ends within its warm-up: timed from its first element, without tracing
+    assert report.bottleneck == "slow", report.describe()
 
 
 @pytest.mark.parametrize("kwargs, named", [

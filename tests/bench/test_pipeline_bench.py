@@ -12,7 +12,15 @@ from click.testing import CliRunner
 from conftest import make_demo_shards
 
 import tfopt
-from tfopt.bench.pipeline import STAGES, BenchSettings, run_pipeline_bench
+from tfopt.analysis.report import PipelineReport, Stage
+from tfopt.bench.pipeline import (
+    STAGES,
+    BenchSettings,
+    breakdown_rates,
+    run_pipeline_bench,
+    slowest_stage,
+    stage_breakdown,
+)
 from tfopt.cli import cli
 
 
@@ -44,10 +52,78 @@ def test_every_method_is_measured_alternately_with_ratios_and_stages(demo_shards
         report.results["tfopt"].median(0) / report.results["keras-folder"].median(0))
     assert data["methods"]["tfopt"]["peak_rss_bytes"] == report.results["tfopt"].peak_rss
     assert data["ram_budget_bytes"] == report.ram_budget > 0
-    assert set(report.stages) == set(STAGES) and report.slowest_stage in STAGES
+    # the breakdown is tfopt.analyze's: its stages, its bottleneck, its ceiling
+    assert list(report.stages) == ["read", "parse", "decode", "batch", "prefetch"]
+    assert report.slowest_stage == slowest_stage(report.analysis) != ""
+    assert data["stages"] == report.stages and data["slowest_stage"] == report.slowest_stage
+    assert data["stage_analysis"]["bottleneck"] == report.analysis.bottleneck
+    assert data["stage_ceiling_per_s"] == pytest.approx(report.analysis.ceiling_per_s * 16)
     text = report.describe()
     assert "tfopt/guide" in text and "tfopt-device/guide" in text and "slowest" in text
+    assert f"bottleneck {report.analysis.bottleneck}, ceiling" in text
     assert "tfopt/keras-folder" in text and "peak RSS" in text and "RAM budget" in text
+
+
+def test_the_stage_breakdown_is_the_analysis_of_tfopts_pipeline_by_its_stage_names(demo_shards):
+    settings = BenchSettings(demo_shards, batch_size=16, image_size=32, training=True)
+    rates, report = stage_breakdown(settings, seconds=3.0)
+    labels = [stage.label for stage in report.stages]
+    # tfopt's ops carry name=: the analysis labels its stages by their job
+    named = [label for label in labels if label in STAGES]
+    assert named == ["read", "parse", "decode", "batch", "prefetch"], labels
+    assert labels[:3] == ["files", "shuffle_files", "read"]
+    assert "DecodeAndCropJpeg" in report.stage("decode").heavy_ops
+    assert "ParseExampleV2" in report.stage("parse").heavy_ops
+    # TensorFlow's model is matched to every stage from the read on (its enumerate, fused
+    # shuffle-and-repeat, fused maps and map-and-batch included): at most the file list is not
+    assert all("no model node" not in note or "read" not in note for note in report.notes)
+    # the decode's elements are examples, the prefetch's batches of 16: examples/s up to each
+    assert rates["decode"] == pytest.approx(report.stage("decode").prefix_rate)
+    assert rates["prefetch"] == pytest.approx(report.rate_per_s * 16)
+    # 4 shards of 40 records: a file for 40 records (from the lengths of a pass of each)
+    assert report.stage("files").elements_per_output == pytest.approx(
+        report.stage("read").elements_per_output / 40)
+    # the read's rate is the pipeline cut after its shuffle and repeat, as it always was
+    repeat = labels.index("repeat")
+    assert labels[repeat - 2:repeat + 3] == ["read", "shuffle", "repeat", "parse_block", "parse"]
+    assert rates["read"] == pytest.approx(
+        report.stages[repeat].prefix_rate * 16 / report.stages[repeat].elements_per_output)
+    # the slowest stage is the one holding the analysis's bottleneck
+    assert report.bottleneck in labels
+    if report.bottleneck in STAGES:
+        assert slowest_stage(report) == report.bottleneck
+    assert slowest_stage(report) in (*rates, "files", "shuffle_files")
+
+
+def _analysed(names, bottleneck, rates=None):
+    """A hand-made analysis of stages with these names (None: unnamed)."""
+    stages = tuple(Stage(index=i, op="MapDataset", name=name, parallelism=None,
+                         runtime_parallelism=None, self_time_s=1e-4, per_core_rate=1e4,
+                         prefix_rate=(rates or {}).get(name, 1000.0),
+                         elements_per_output=8.0 if i < len(names) - 1 else 1.0,
+                         bytes_per_element=None, random=False, python=False)
+                   for i, name in enumerate(names))
+    return PipelineReport(stages=stages, bottleneck=bottleneck, ceiling_per_s=10.0,
+                          rate_per_s=100.0, predicted_per_s=10.0, cores=2,
+                          recommendations=(), autotune_model=True)
+
+
+@pytest.mark.parametrize(("bottleneck", "slowest"), [
+    ("decode", "decode"), ("shuffle", "read"), ("parse_block", "parse"), ("map#4", "parse"),
+    ("files", "files"), (None, "")])
+def test_the_slowest_stage_is_the_breakdown_stage_holding_the_bottleneck(bottleneck, slowest):
+    names = ["files", "read", "shuffle", "parse_block", None, "parse", "decode", "batch",
+             "prefetch"]
+    assert slowest_stage(_analysed(names, bottleneck)) == slowest
+
+
+def test_breakdown_rates_count_examples_and_end_each_stage_at_its_last_op():
+    names = ["files", "read", "shuffle", "parse_block", "parse", "decode", "batch", "prefetch"]
+    report = _analysed(names, "decode", {"shuffle": 800.0, "batch": 5.0, "prefetch": 6.0})
+    # elements_per_output 8 below the output, 1 at it; batches of 8 examples
+    rates = breakdown_rates(report, 8)
+    assert rates == {"read": 800.0, "parse": 1000.0, "decode": 1000.0, "batch": 5.0,
+                     "prefetch": 48.0}
 
 
 def test_keras_folder_needs_an_image_folder(tmp_path):

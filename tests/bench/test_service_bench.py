@@ -78,7 +78,9 @@ def test_describe_shows_the_service_rows_and_an_exception_stops_the_servers(shar
                              cache=False, service_workers=(1,))
     lines = []
     report = run_pipeline_bench(settings, ["tfopt"], progress=lines.append)
-    assert [line.split()[2] for line in lines[1:]] == ["tfopt", "service-1"] * 2  # alternating
+    runs = [line.split()[2] for line in lines if line.startswith("run ")]
+    assert runs == ["tfopt", "service-1"] * 2  # alternating
+    assert lines[-1].startswith("stages: tfopt.analyze on tfopt's pipeline")  # the breakdown
     assert list(report.service) == [1] and list(report.results) == ["tfopt"]
     text = report.describe()
     assert "local tf.data service" in text and "0 in-process" in text

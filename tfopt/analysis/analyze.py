@@ -92,15 +92,16 @@ def analyse(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
     # the whole pipeline gets two shares, and as much again for the unordered comparison
     share = seconds / (len(found) + 1 + 2 * compare)
     total = len(found) + compare
-    rates, proto, cardinalities, specs = [], None, [], []
+    rates, proto, cardinalities, specs, passes = [], None, [], [], []
     for index, stage in enumerate(found):
         last = index == len(found) - 1
         if progress is not None:
             progress(index, total, stage.name or stage.op)
         prefix_def, spec = graph.prefix_graph(graph_def, stage.node)
         prefix = tfapi.rebuild(prefix_def, spec).with_options(options)
-        measured, model_proto, repeated = _measure(prefix, 2 * share if last else share, stage,
-                                                   tf, measure, tfapi, model=last)
+        measured, model_proto, first = _measure(prefix, 2 * share if last else share, stage,
+                                                tf, measure, tfapi, model=last)
+        repeated = first.exhausted
         if last:
             proto = model_proto
         logger.info("analyze: %s up to %s: %.1f elements/s", stage.op, stage.name or stage.node,
@@ -108,6 +109,7 @@ def analyse(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
         rates.append(measured.rate)
         cardinalities.append(_cardinality(prefix, tf))
         specs.append(spec)
+        passes.append(_pass_length(cardinalities[-1], first))
     unordered = None
     if compare:
         if progress is not None:
@@ -118,7 +120,7 @@ def analyse(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
     reading = model.read_model(proto, found, repeated) if proto is not None else None
     cores = (cores or (reading.cpu_budget if reading and reading.cpu_budget else None)
              or usable_cores())
-    stages = _stages(found, rates, reading, cardinalities, specs, ordered)
+    stages = _stages(found, rates, reading, cardinalities, specs, ordered, passes, cores)
     if ram_budget is None:
         ram_budget = available_memory() // 2
     plan = advice.allocation(stages, cores)
@@ -146,19 +148,19 @@ def analyse(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
 
 
 def _measure(prefix, seconds, stage, tf, measure, tfapi, model=False):
-    """The drained rate of ``prefix``, with ``model`` the autotuning model (else None), and
-    whether it was measured under a ``repeat()`` of its own."""
+    """The drained rate of ``prefix``, with ``model`` the autotuning model (else None), and the
+    first drain's measurement: exhausted when the rate was measured again under a ``repeat()``
+    of the analysis's own, and then its ``total`` is one pass."""
     try:
         iterator = iter(prefix)
-        measured = measure.drain(iterator, seconds)
-        measured_again = measured.exhausted
-        if measured_again:
+        measured = first = measure.drain(iterator, seconds)
+        if first.exhausted:
             # a short finite prefix: a few elements and an iterator's start-up say little, and
             # TensorFlow's model drops a finished iterator's nodes; its passes again, as the
             # epochs of training would run them
             iterator = iter(prefix.repeat())
             measured = measure.drain(iterator, seconds)
-        return measured, (tfapi.model_proto(iterator) if model else None), measured_again
+        return measured, (tfapi.model_proto(iterator) if model else None), first
     except tf.errors.OpError as error:
         raise UnsupportedDatasetError(
             f"{stage.op} ({stage.name or stage.node}) failed when run for analysis: "
@@ -175,6 +177,14 @@ def _cardinality(prefix, tf) -> int | None:
     if value == tf.data.INFINITE_CARDINALITY:
         return -1
     return None if value < 0 else value
+
+
+def _pass_length(cardinality, measured) -> int | None:
+    """Elements in one pass of a prefix: its finite cardinality, else all it gave when drained
+    to its end; None when endless or not known."""
+    if cardinality is not None and cardinality >= 0:
+        return cardinality
+    return measured.total if measured.exhausted else None
 
 
 def _spec_facts(spec) -> tuple[int | None, int | None]:
@@ -199,22 +209,30 @@ def _spec_facts(spec) -> tuple[int | None, int | None]:
 # Ops that hand on one element per element they take (a batch's count is its batch_size).
 _ONE_TO_ONE = ("map", "parallelmap", "shuffle", "prefetch", "cache", "memorycache", "repeat",
                "foreverrepeat", "assertcardinality", "options", "model", "maxintraopparallelism",
-               "privatethreadpool", "enumerate", "scan", "ignoreerrors")
+               "privatethreadpool", "enumerate", "scan", "ignoreerrors",
+               "zip")  # a zip is read only with counters beside its data (enumerate)
+# Ops that read their input to its end, so that a pass of their input makes one of theirs.
+_WHOLE_INPUT = ("interleave", "parallelinterleave", "flatmap", "unbatch", "filter",
+                "parallelfilter")
 
 
-def _elements_per_output(found, by_stage, fused) -> list[float]:
+def _elements_per_output(found, by_stage, fused, passes=None) -> list[float]:
     """Elements each stage produces per element the pipeline outputs, from the output down.
 
     From the graph where it says: a batch takes ``batch_size`` elements per element; a map, a
-    shuffle, a repeat or a prefetch one. Only where the count depends on the data (filter,
-    flat_map, interleave, unbatch, take) from the model's counts, and then as the ratio of a
-    stage's count to the next stage's: TensorFlow's model counts the elements of each node's
-    current iterator, and a repeat makes a new iterator of its input every pass, so a count
-    below a repeat covers this pass only, against the output's count of all passes (a batch
-    under a repeat once read as a third of an element per output element).
+    shuffle, a repeat or a prefetch one. Where the count depends on the data (filter,
+    flat_map, interleave, unbatch, take): for an op that reads its input to the end, from the
+    elements of one pass of both prefixes where both are known (a finite cardinality, or a
+    prefix drained to its end); else from the model's counts, as the ratio of a stage's count
+    to the next stage's. TensorFlow's model counts the elements of each node's current
+    iterator, and a repeat makes a new iterator of its input every pass, so a count below a
+    repeat covers this pass only, against the output's count of all passes (a batch under a
+    repeat once read as a third of an element per output element); early in a pass the two
+    counts can be a file and its first record (an interleave once read as two files a record).
     """
     from tfopt.analysis.model import op_kind  # graph-side: TensorFlow is loaded by now
 
+    passes = passes or [None] * len(found)
     ratios = [1.0] * len(found)
     for i in range(len(found) - 2, -1, -1):
         above = found[i + 1]
@@ -223,6 +241,8 @@ def _elements_per_output(found, by_stage, fused) -> list[float]:
             per = float(above.batch_size)
         elif kind in _ONE_TO_ONE or found[i].node in fused:
             per = 1.0
+        elif kind in _WHOLE_INPUT and passes[i] and passes[i + 1]:
+            per = passes[i] / passes[i + 1]
         else:
             mine, theirs = by_stage.get(found[i].node), by_stage.get(above.node)
             same_pass = (mine is not None and theirs is not None and mine is not theirs
@@ -232,11 +252,18 @@ def _elements_per_output(found, by_stage, fused) -> list[float]:
     return ratios
 
 
-def _stages(found, rates, reading, cardinalities=None, specs=None, ordered=True) -> list[Stage]:
-    """Report stages from graph stages, prefix rates and the model's nodes."""
+def _stages(found, rates, reading, cardinalities=None, specs=None, ordered=True,
+            passes=None, cores=None) -> list[Stage]:
+    """Report stages from graph stages, prefix rates and the model's nodes.
+
+    A model node's self time is wall clock summed over its threads, and takes in time they
+    wait (a parallel interleave's read 3-7x the thread time its prefix's rate leaves here):
+    with ``cores``, it is capped at what the prefix's measured rate allows on the threads the
+    stage can run on (``cores`` if it can run in parallel, else one).
+    """
     by_stage = reading.by_stage if reading else {}
     fused = reading.fused_into_next if reading else frozenset()
-    ratios = _elements_per_output(found, by_stage, fused)
+    ratios = _elements_per_output(found, by_stage, fused, passes)
     facts = [_spec_facts(spec) for spec in specs] if specs else [(None, None)] * len(found)
     stages, previous_cost = [], 0.0
     for i, stage in enumerate(found):
@@ -247,7 +274,11 @@ def _stages(found, rates, reading, cardinalities=None, specs=None, ordered=True)
             self_time = node.processing_ns * 1e-9 / (node.elements * per)
             runtime = node.parallelism
             size = node.bytes_produced / (node.elements * per)
-            if i > 0 and found[i - 1].node in fused:  # the batch half of a MapAndBatch
+            if cores and rates[i] > 0:
+                workers = cores if stage.op in advice.PARALLELIZABLE and not stage.python else 1
+                self_time = min(self_time, workers / rates[i])
+            # the upper stage of a fused pair (a MapAndBatch's batch): the lower one carries it
+            if i > 0 and found[i - 1].node in fused:
                 self_time, runtime = 0.0, None
         elif rates[i] > 0:  # from prefix rates: what this stage adds per output element
             cost = ratios[i] / rates[i]

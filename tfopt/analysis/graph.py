@@ -3,7 +3,9 @@
 Each stage is one dataset op of the serialised graph (``tfapi.serialize``): its op, the user's
 ``name=``, the parallelism its graph asks for, and what its functions (nested ones included)
 run: heavy TensorFlow ops, random ops, Python. Graphs with more than one dataset input to an op
-(``zip``, ``concatenate``, sampling) are refused for now with the op named.
+(``zip``, ``concatenate``, sampling) are refused for now with the op named, except a zip of one
+dataset with endless ranges (``enumerate()``), which hands on one element per element of that
+dataset: a stage of the chain like a map.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ _PARALLELISM_INPUT = {
     "ParallelInterleaveDatasetV4": -1, "ParallelFilterDataset": -1, "MapAndBatchDataset": -2,
 }
 AUTOTUNE = -1
+_ENDLESS = 2**63 - 1  # the stop of enumerate()'s range
 _DEFAULT_NAME = re.compile(r"[A-Za-z0-9_]+:\d+")
 
 
@@ -76,6 +79,7 @@ class GraphStage:
     # order of calls (random draws, writes), so a rewrite must not run the calls in parallel
     stateful_ops: tuple[str, ...] = ()
     force_synchronous: bool = False  # a map the user asked to run one element at a time
+    data_input: int | None = None  # a zip with counters: which of its inputs the chain follows
 
 
 def read_graph(dataset: tf.data.Dataset) -> tuple[graph_pb2.GraphDef, list[GraphStage]]:
@@ -88,23 +92,35 @@ def read_graph(dataset: tf.data.Dataset) -> tuple[graph_pb2.GraphDef, list[Graph
     nodes = {node.name: node for node in graph_def.node}
     functions = {function.signature.name: function for function in graph_def.library.function}
     (retval,) = [node for node in graph_def.node if node.op == "_Retval"]
-    chain = []
+    chain, followed = [], {}
     current = nodes[_source_name(retval.input[0])]
     while True:
         dataset_inputs = [nodes[_source_name(name)] for name in current.input
                           if not name.startswith("^") and _is_dataset(nodes[_source_name(name)])]
         if len(dataset_inputs) > 1:
-            raise UnsupportedDatasetError(
-                f"{current.op} (node {current.name}) joins {len(dataset_inputs)} datasets; "
-                f"tfopt.analyze reads a single chain of stages for now (no zip, concatenate "
-                f"or sampling from several datasets)")
+            data = [i for i, node in enumerate(dataset_inputs) if not _is_counter(node, nodes)]
+            if current.op != "ZipDataset" or len(data) != 1:
+                raise UnsupportedDatasetError(
+                    f"{current.op} (node {current.name}) joins {len(dataset_inputs)} datasets; "
+                    f"tfopt.analyze reads a single chain of stages for now (no zip, "
+                    f"concatenate or sampling from several datasets; enumerate() is fine)")
+            followed[current.name] = data[0]
+            dataset_inputs = [dataset_inputs[data[0]]]
         if current.op != "OptionsDataset":
             chain.append(current)
         if not dataset_inputs:
             break
         current = dataset_inputs[0]
     chain.reverse()
-    return graph_def, [_stage(node, nodes, functions) for node in chain]
+    return graph_def, [_stage(node, nodes, functions, followed.get(node.name))
+                       for node in chain]
+
+
+def _is_counter(node, nodes) -> bool:
+    """An endless ``range``: the counter of ``enumerate()``."""
+    inputs = _data_inputs(node)
+    return (node.op == "RangeDataset" and len(inputs) == 3
+            and _const_int(nodes, inputs[1]) == _ENDLESS)
 
 
 def prefix_graph(graph_def: graph_pb2.GraphDef, node: str):
@@ -152,7 +168,7 @@ def fresh_resources(graph: graph_pb2.GraphDef) -> None:
             node.attr.clear()
 
 
-def _stage(node, nodes, functions) -> GraphStage:
+def _stage(node, nodes, functions, data_input=None) -> GraphStage:
     heavy, random, python, stateful = set(), node.op.startswith(_RANDOM_DATASETS), False, set()
     for op in _function_ops(node, functions):
         heavy |= {op} & HEAVY_OPS
@@ -165,7 +181,8 @@ def _stage(node, nodes, functions) -> GraphStage:
                       parallelism=_parallelism(node, nodes), heavy_ops=tuple(sorted(heavy)),
                       random=random, python=python, batch_size=_batch_size(node, nodes),
                       buffer_size=_buffer_size(node, nodes), deterministic=_deterministic(node),
-                      stateful_ops=tuple(sorted(stateful)), force_synchronous=synchronous)
+                      stateful_ops=tuple(sorted(stateful)), force_synchronous=synchronous,
+                      data_input=data_input)
 
 
 def _order_dependent(op: str, functions) -> bool:

@@ -1,10 +1,12 @@
 """What ``tf.data.experimental.get_model_proto`` says about each stage.
 
 The model is the pipeline as it runs: after TensorFlow's static optimisations, which fuse a map
-into the batch after it (``MapAndBatch``), parallelise a sequential map (``map_parallelization``)
-and add a prefetch at the end (``inject_prefetch``). Its nodes are matched to the graph's stages
-from the output down; a node the graph lacks (an injected prefetch, a cache's inner node) is
-noted, not matched, and matching stops at the first node it cannot explain.
+into the batch after it (``MapAndBatch``), two maps in a row into one (``map_fusion``) and a
+shuffle into the repeat after it (``ShuffleAndRepeat``), parallelise a sequential map
+(``map_parallelization``) and add a prefetch at the end (``inject_prefetch``). Its nodes are
+matched to the graph's stages from the output down; a node the graph lacks (an injected
+prefetch, a cache's inner node) is noted, not matched, and matching stops at the first node it
+cannot explain.
 """
 
 from __future__ import annotations
@@ -42,18 +44,22 @@ class ModelReading:
     injected_prefetch: bool  # a Prefetch at the output that the graph does not have
 
 
-def chain(proto) -> list[ModelNode]:
+def chain(proto, picks=()) -> list[ModelNode]:
     """The model's nodes from the output down (first input of each), the root left out.
 
     A node's other inputs are the datasets its function made (an interleave's or flat_map's
     per-element datasets): their work is the stage's work, so their processing time is added
-    to the node's own."""
-    nodes, out = proto.nodes, []
+    to the node's own. ``picks``: for each ``Zip`` node, from the output down, the input to
+    follow (the graph's ``GraphStage.data_input``: the data beside the counters); the first
+    where none is left; a zip's other inputs are not its work.
+    """
+    nodes, out, picks = proto.nodes, [], list(picks)
     key = proto.output
     while key in nodes:
         node = nodes[key]
         if node.name != "Root":
-            inner = sum(_subtree_ns(nodes, k) for k in list(node.inputs)[1:])
+            inner = 0 if node.name == "Zip" else sum(
+                _subtree_ns(nodes, k) for k in list(node.inputs)[1:])
             out.append(ModelNode(
                 name=node.name, elements=int(node.num_elements),
                 processing_ns=int(node.processing_time) + inner,
@@ -64,7 +70,8 @@ def chain(proto) -> list[ModelNode]:
                 tunable=frozenset(p.name for p in node.parameters if p.tunable)))
         if not node.inputs:
             break
-        key = node.inputs[0]
+        pick = picks.pop(0) if node.name == "Zip" and picks else 0
+        key = node.inputs[pick if pick < len(node.inputs) else 0]
     return out
 
 
@@ -84,7 +91,7 @@ def _subtree_ns(nodes, key) -> int:
 def read_model(proto, stages: list[GraphStage], repeated: bool = False) -> ModelReading:
     """Match the model's nodes to ``stages`` (source to output); ``repeated``: the measured
     iterator ran the pipeline under a ``repeat()`` of the analysis's own, which is left out."""
-    model = chain(proto)
+    model = chain(proto, [s.data_input for s in reversed(stages) if s.data_input is not None])
     if repeated:  # ours is at the output, under a prefetch TensorFlow may have injected
         ours = next((i for i, node in enumerate(model[:2])
                      if op_kind(node.name) == "foreverrepeat"), None)
@@ -103,11 +110,12 @@ def read_model(proto, stages: list[GraphStage], repeated: bool = False) -> Model
         if kind == "prefetch" and op_kind(stage.op) != "prefetch":
             injected = injected or index == 0
             continue
-        if kind == "mapandbatch" and op_kind(stage.op) in ("batch", "parallelbatch") and (
-                g + 1 < len(graph) and op_kind(graph[g + 1].op) in ("map", "parallelmap")):
+        lower = graph[g + 1] if g + 1 < len(graph) else None
+        following = op_kind(model[index + 1].name) if index + 1 < len(model) else None
+        if lower is not None and _fused(kind, op_kind(stage.op), op_kind(lower.op), following):
             by_stage[stage.node] = node
-            by_stage[graph[g + 1].node] = node
-            fused.add(graph[g + 1].node)
+            by_stage[lower.node] = node
+            fused.add(lower.node)  # its work runs in the node of the stage above it
             g += 2
             continue
         if kind.endswith("impl") and index > 0 and op_kind(model[index - 1].name).endswith(
@@ -121,6 +129,23 @@ def read_model(proto, stages: list[GraphStage], repeated: bool = False) -> Model
     budget = int(proto.optimization_params.cpu_budget) if proto.HasField(
         "optimization_params") else 0
     return ModelReading(output_elements, budget, by_stage, frozenset(fused), injected)
+
+
+# TensorFlow's static fusions: the model's node, the graph's stage it stands for, and the
+# stage below that runs inside it (map_and_batch_fusion, shuffle_and_repeat_fusion)
+_FUSIONS = (("mapandbatch", ("batch", "parallelbatch"), ("map", "parallelmap")),
+            ("shuffleandrepeat", ("repeat",), ("shuffle",)))
+_MAPS = ("map", "parallelmap")
+
+
+def _fused(kind: str, upper: str, lower: str, following: str | None) -> bool:
+    """Whether the model's node of ``kind`` runs the graph's stages ``upper`` and ``lower``
+    (the one below it) together; ``following`` is the kind of the model's next node down."""
+    if any(kind == node and upper in uppers and lower in lowers
+           for node, uppers, lowers in _FUSIONS):
+        return True
+    # map_fusion: two maps in a row, one map node, and what comes next in the model is no map
+    return kind in _MAPS and upper in _MAPS and lower in _MAPS and following not in _MAPS
 
 
 def op_kind(op: str) -> str:

@@ -6,7 +6,8 @@ on the image folder the shards came from), ``tfopt`` (``PipelineBuilder``), ``tf
 (its random crop on the accelerator, training only) and ``limit`` (in-memory decodes on all
 cores); optionally tfopt through a local tf.data service of 1, 2, ... workers. The report gives
 examples/s per epoch (median, spread), the CPU use and peak memory of each method, the ratios,
-and tfopt's stage breakdown. What each method does and why: ``docs/bench.md``.
+and tfopt's stage breakdown (:func:`tfopt.analyze` on tfopt's pipeline). What each method does
+and why: ``docs/bench.md``.
 
 Example:
     >>> report = run_pipeline_bench(BenchSettings("shards/", epochs=2))
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import statistics
 import time
@@ -26,11 +28,12 @@ import tensorflow as tf
 
 from tfopt._system import peak_rss, reset_peak_rss, usable_cores
 from tfopt._validate import flag, is_int, optional_whole_number, require, whole_number
+from tfopt.analysis.report import PipelineReport
 from tfopt.bench.baselines import guide_dataset, keras_folder_dataset, limit_dataset, naive_dataset
 from tfopt.bench.service_workers import MAX_SERVICE_WORKERS, local_services
 from tfopt.data.pipeline import PipelineBuilder
 from tfopt.data.plan import fill_batches
-from tfopt.errors import InvalidArgumentError
+from tfopt.errors import InvalidArgumentError, UnsupportedDatasetError
 from tfopt.records.format.tfrecord import count_records
 from tfopt.records.manifest import MANIFEST_NAME, read_manifest
 
@@ -39,7 +42,16 @@ KERAS_FOLDER = "keras-folder"  # needs the image folder: left out of the default
 SERVICE_NOTE = ("the workers are processes on this host and share its cores with the "
                 "benchmark: the ratios show the service's overhead and scaling here, not a "
                 "multi-host speed-up")
-STAGES = ("read", "parse", "decode", "augment")
+# The breakdown's stages, where tfopt's pipeline has them ("crop" only where a cache of whole
+# decoded images splits the decode from the crop), and the name= of the op each starts at; a
+# stage runs to the op before the next one starts (the read's shuffle and repeat are the read's)
+STAGES = ("read", "parse", "decode", "crop", "batch", "prefetch")
+_STARTS = {"read": "read", "parse_block": "parse", "decode": "decode", "crop": "crop",
+           "batch": "batch", "prefetch": "prefetch"}
+# The breakdown's analysis budget: about the four epochs the breakdown timed before it was an
+# analysis (one per prefix it cut), within these bounds in seconds
+ANALYSIS_EPOCHS = 4
+ANALYSIS_SECONDS = (3.0, 60.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,13 +130,14 @@ class MethodResult:
 class BenchReport:
     settings: BenchSettings
     results: dict[str, MethodResult]
-    stages: dict[str, float]  # stage -> examples/s of tfopt's pipeline up to it
-    slowest_stage: str
+    stages: dict[str, float]  # stage -> examples/s of tfopt's pipeline up to it (STAGES)
+    slowest_stage: str  # the stage holding the analysis's bottleneck ("": no analysis)
     choices: str
     examples_per_epoch: int
     service: dict[int, MethodResult] = dataclasses.field(default_factory=dict)  # workers -> runs
     notes: tuple[str, ...] = ()  # what the runs did otherwise than asked, and why
     ram_budget: int | None = None  # bytes tfopt's plan gives its cache and tf.data's buffers
+    analysis: PipelineReport | None = None  # tfopt.analyze on tfopt's pipeline, cache off
 
     def ratio(self, method: str, other: str, epoch: int = 0) -> float:
         return self.results[method].median(epoch) / self.results[other].median(epoch)
@@ -170,6 +183,8 @@ class BenchReport:
             } if self.service else None,
             "stages": self.stages,
             "slowest_stage": self.slowest_stage,
+            "stage_ceiling_per_s": self._ceiling(),  # examples/s
+            "stage_analysis": json.loads(self.analysis.to_json()) if self.analysis else None,
             "choices": self.choices,
             "notes": list(self.notes),
         }
@@ -202,12 +217,27 @@ class BenchReport:
                                    for e in range(settings.epochs))
                 lines.append(f"{mine}/{other}: {ratios} (per epoch)")
         lines.extend(self._describe_service())
-        stages = ", ".join(f"{stage} {rate:,.0f}" for stage, rate in self.stages.items())
-        lines.append(f"tfopt stages (examples/s up to each): {stages}; slowest: {self.slowest_stage}")
+        if self.analysis is not None:
+            stages = ", ".join(f"{stage} {rate:,.0f}" for stage, rate in self.stages.items())
+            lines.append(f"tfopt stages (examples/s up to each): {stages}; "
+                         f"slowest: {self.slowest_stage}")
+            analysis, ceiling = self.analysis, self._ceiling()
+            lines.append(
+                f"tfopt.analyze on tfopt's pipeline (cache off, {analysis.seconds:.0f} s): "
+                f"bottleneck {analysis.bottleneck or 'none found'}, ceiling "
+                + (f"{ceiling:,.0f}" if ceiling else "-") + " examples/s with ideal "
+                f"parallelism on {analysis.cores} core(s), "
+                f"{analysis.rate_per_s * settings.batch_size:,.0f} measured")
         lines.extend(f"note: {note}" for note in self.notes)
         lines.append("tfopt's choices:")
         lines.extend("  " + line for line in self.choices.splitlines())
         return "\n".join(lines)
+
+    def _ceiling(self) -> float | None:
+        """The analysis's ceiling in examples/s (its output elements are batches)."""
+        if self.analysis is None or self.analysis.ceiling_per_s is None:
+            return None
+        return self.analysis.ceiling_per_s * self.settings.batch_size
 
     def _describe_service(self) -> list[str]:
         if not self.service:
@@ -350,15 +380,23 @@ def run_pipeline_bench(settings: BenchSettings, methods=None, progress=None) -> 
                                  peaks[run])
                for run in runs}
     service = {count: results.pop(f"service-{count}") for count in services}
-    stages = stage_breakdown(settings, steps)
-    slowest = _slowest(stages)
+    tfopt_rate = results["tfopt"].median(0)
+    seconds = _analysis_seconds(steps * settings.batch_size / tfopt_rate if tfopt_rate else None)
+    if progress:
+        progress(f"stages: tfopt.analyze on tfopt's pipeline, about {seconds:.0f} s")
+    try:
+        stages, analysis = stage_breakdown(settings, seconds)
+    except UnsupportedDatasetError as error:  # a TensorFlow whose private APIs moved, say
+        stages, analysis = {}, None
+        notes.append(f"no stage breakdown: {error}")
     planned = builder()
     choices = planned.choices.describe()
     if "tfopt-device" in methods:
         device = builder(random_crop="device").choices.describe()
         choices += "\nwith random_crop='device':\n" + device
+    slowest = slowest_stage(analysis) if analysis else ""
     return BenchReport(settings, results, stages, slowest, choices, steps * settings.batch_size,
-                       service, tuple(notes), planned.plan.ram_budget)
+                       service, tuple(notes), planned.plan.ram_budget, analysis)
 
 
 def _cache_for_runs(settings: BenchSettings, records: int,
@@ -392,39 +430,66 @@ def _cache_for_runs(settings: BenchSettings, records: int,
     return settings.cache, max(0, fill_batches(records, batch) - steps * epochs), ()
 
 
-def stage_breakdown(settings: BenchSettings, steps: int) -> dict[str, float]:
-    """Examples/s of tfopt's pipeline cut after each stage (one epoch each, cache off)."""
+def stage_breakdown(settings: BenchSettings,
+                    seconds: float) -> tuple[dict[str, float], PipelineReport]:
+    """:func:`tfopt.analyze` on tfopt's whole pipeline (cache off, prefetch in host memory) for
+    about ``seconds``, and from its stages the examples/s up to each of :data:`STAGES`
+    (:func:`breakdown_rates`).
+
+    Raises:
+        tfopt.UnsupportedDatasetError: The analysis could not read or rebuild the pipeline.
+    """
+    from tfopt.analysis.analyze import run
+
     builder = PipelineBuilder(settings.tfopt_source or settings.source,
                               batch_size=settings.batch_size, training=settings.training,
                               image_size=settings.image_size, cache=False,
-                              split=settings.split, repeat=True)
-    stages = {}
-    for stage in ("read", "parse", "decode"):
-        dataset = builder.build(until=stage)
-        stages[stage] = _time_epochs(dataset, steps, 1, settings.batch_size)[0]
-    augment = _augment_stage(builder)
-    if augment is not None:
-        stages["augment"] = _time_epochs(augment, steps, 1, settings.batch_size)[0]
-    return stages
+                              split=settings.split, repeat=True, prefetch_to_device=False)
+    report = run(builder.build(), seconds=seconds, ram_budget=builder.plan.ram_budget)
+    return breakdown_rates(report, settings.batch_size), report
 
 
-def _augment_stage(builder: PipelineBuilder):
-    try:
-        from tfopt.data.augment.functional import augment_dataset
-    except ImportError:  # augmentation module absent: no +augment stage
-        return None
-    return augment_dataset(builder.build(), seed=0)
+def breakdown_rates(report: PipelineReport, batch_size: int) -> dict[str, float]:
+    """Stage -> examples/s up to it, for the stages of :data:`STAGES` in ``report``.
+
+    A stage here is the ops from the one it starts at to the next stage's (the read's shuffle
+    and repeat, the parse's batching of records into blocks and unbatching), and its rate that
+    of the pipeline cut after the last of them: a prefix rate times the examples in one of its
+    elements (``batch_size`` examples make an output element, of which the op makes
+    ``elements_per_output``).
+    """
+    rates = {}
+    for stage, job in zip(report.stages, _jobs(report), strict=True):
+        if job in STAGES and stage.prefix_rate and stage.elements_per_output:
+            rates[job] = stage.prefix_rate * batch_size / stage.elements_per_output
+    return rates
 
 
-def _slowest(stages: dict[str, float]) -> str:
-    """The stage that adds the most time per example."""
-    previous, worst, worst_cost = 0.0, "read", -1.0
-    for stage, rate in stages.items():
-        cost = 1 / rate - previous
-        if cost > worst_cost:
-            worst, worst_cost = stage, cost
-        previous = 1 / rate
-    return worst
+def _jobs(report: PipelineReport) -> list[str]:
+    """Each analysed stage's breakdown stage (:data:`STAGES`), else its own label (the file
+    list before the read)."""
+    jobs, job = [], None
+    for stage in report.stages:
+        job = _STARTS.get(stage.name, job)
+        jobs.append(job or stage.label)
+    return jobs
+
+
+def slowest_stage(report: PipelineReport) -> str:
+    """The breakdown stage that holds the analysis's bottleneck ("" where it found none)."""
+    labels = [stage.label for stage in report.stages]
+    if report.bottleneck not in labels:
+        return ""
+    return _jobs(report)[labels.index(report.bottleneck)]
+
+
+def _analysis_seconds(epoch_seconds: float | None) -> float:
+    """The breakdown's budget: :data:`ANALYSIS_EPOCHS` of tfopt's measured epochs, within
+    :data:`ANALYSIS_SECONDS`."""
+    low, high = ANALYSIS_SECONDS
+    if epoch_seconds is None:
+        return high
+    return min(high, max(low, ANALYSIS_EPOCHS * epoch_seconds))
 
 
 def _image_folder(settings: BenchSettings) -> Path | None:

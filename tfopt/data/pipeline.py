@@ -61,7 +61,7 @@ _AUTO_SHARD_POLICY = {
 
 
 class Stage(str, enum.Enum):
-    """Where :meth:`PipelineBuilder.build` may stop, for the benchmark's breakdown."""
+    """Where :meth:`PipelineBuilder.build` may stop."""
 
     READ = "read"  # serialized records
     PARSE = "parse"  # parsed examples, images still encoded
@@ -194,27 +194,30 @@ class PipelineBuilder:
         # with a cache of decoded or final images, shuffle and repeat come after that cache
         if plan.training and not plan.shuffle_after_cache:
             records = records.shuffle(plan.shuffle_elements, seed=self._seed,
-                                      reshuffle_each_iteration=True)
+                                      reshuffle_each_iteration=True, name="shuffle")
         if plan.repeat and not plan.shuffle_after_cache:
-            records = records.repeat()
+            records = records.repeat(name="repeat")
         if stage is Stage.READ:
-            return self._finish(records.batch(plan.batch_size))
+            return self._finish(records.batch(plan.batch_size, name="batch"))
         if self.source.image_key is None:
-            dataset = records.batch(plan.batch_size, drop_remainder=plan.drop_remainder)
+            dataset = records.batch(plan.batch_size, drop_remainder=plan.drop_remainder,
+                                    name="batch")
             dataset = dataset.map(self._parse_batch, num_parallel_calls=AUTOTUNE,
-                                  deterministic=plan.deterministic)
+                                  deterministic=plan.deterministic, name="parse")
             return self._finish(self._with_known_length(dataset))
-        parsed = records.batch(plan.parse_block).map(
-            self._parse_batch, num_parallel_calls=AUTOTUNE, deterministic=plan.deterministic
-        ).unbatch()
+        parsed = records.batch(plan.parse_block, name="parse_block").map(
+            self._parse_batch, num_parallel_calls=AUTOTUNE, deterministic=plan.deterministic,
+            name="parse",
+        ).unbatch(name="unblock")
         if stage is Stage.PARSE:
-            return self._finish(parsed.batch(plan.batch_size))
+            return self._finish(parsed.batch(plan.batch_size, name="batch"))
         images = self._decoded(parsed)
         # a plain batch right after the decode map: tf.data fuses the two (map_and_batch
         # fusion), so each image is written straight into its batch. A parallel batch is not
         # fused, and the extra copy and hand-off of every 150-KB image cost 6-8 % of the
         # examples/s here (tfopt bench pipeline, demo data, cache off).
-        batched = images.batch(plan.batch_size, drop_remainder=plan.drop_remainder)
+        batched = images.batch(plan.batch_size, drop_remainder=plan.drop_remainder,
+                               name="batch")
         return self._finish(self._with_known_length(batched))
 
     def _with_known_length(self, batches: tf.data.Dataset) -> tf.data.Dataset:
@@ -235,14 +238,16 @@ class PipelineBuilder:
         expected = [source.expected_counts.get(f, -1) if source.expected_counts else -1
                     for f in source.files]
         files = tf.data.Dataset.from_tensor_slices(
-            (source.files, tf.constant(expected, tf.int64), tf.range(len(source.files))))
+            (source.files, tf.constant(expected, tf.int64), tf.range(len(source.files))),
+            name="files")
         # tfopt shards the file list itself instead of leaving it to tf.data's FILE auto-shard
         # policy, which refuses the pipeline: the per-image seed counter (``enumerate``) is a
         # second source ("Found an unshardable source dataset").
         if plan.file_share is not None:
-            files = files.shard(*plan.file_share)
+            files = files.shard(*plan.file_share, name="shard_files")
         if plan.training:
-            files = files.shuffle(len(source.files), seed=self._seed, reshuffle_each_iteration=True)
+            files = files.shuffle(len(source.files), seed=self._seed,
+                                  reshuffle_each_iteration=True, name="shuffle_files")
         compression = tf_compression_type(source.compression)
         counted = source.expected_counts is not None
         note_lost, skip = self._note_lost, plan.skip_corrupt
@@ -283,7 +288,7 @@ class PipelineBuilder:
 
         return files.interleave(read_file, cycle_length=plan.interleave_cycle,
                                 block_length=1, num_parallel_calls=AUTOTUNE,
-                                deterministic=plan.deterministic)
+                                deterministic=plan.deterministic, name="read")
 
     def _parse_spec(self) -> dict:
         spec = {}
@@ -328,16 +333,19 @@ class PipelineBuilder:
         if plan.cache is CacheMode.DECODED:
             # whole decoded images in the cache; each epoch draws its own crops from them
             full = parsed.map(_keep_label(lambda image: decode_full(image, decode), has_label),
-                              num_parallel_calls=AUTOTUNE, deterministic=plan.deterministic)
+                              num_parallel_calls=AUTOTUNE, deterministic=plan.deterministic,
+                              name="decode")
             full = self._shuffle_and_repeat(self._cache(full))
             crop = _with_index(
                 lambda index, image: crop_and_resize(image, decode, seed_of(index)), has_label)
-            return full.enumerate().map(crop, num_parallel_calls=AUTOTUNE,
-                                        deterministic=plan.deterministic)
+            return full.enumerate(name="seed_index").map(
+                crop, num_parallel_calls=AUTOTUNE, deterministic=plan.deterministic, name="crop")
+        # one map decodes and crops (a random-resized crop when training)
         to_target = _with_index(
             lambda index, image: decode_to_target(image, decode, seed_of(index)), has_label)
-        images = parsed.enumerate().map(to_target, num_parallel_calls=AUTOTUNE,
-                                        deterministic=plan.deterministic)
+        images = parsed.enumerate(name="seed_index").map(
+            to_target, num_parallel_calls=AUTOTUNE, deterministic=plan.deterministic,
+            name="decode")
         if plan.cache is CacheMode.FINAL:
             images = self._shuffle_and_repeat(self._cache(images))
         return images
@@ -346,13 +354,13 @@ class PipelineBuilder:
         """After a cache: a fresh order every epoch when training, repeated if asked."""
         if self.plan.training:
             cached = cached.shuffle(self.plan.shuffle_elements, seed=self._seed,
-                                    reshuffle_each_iteration=True)
-        return cached.repeat() if self.plan.repeat else cached
+                                    reshuffle_each_iteration=True, name="shuffle")
+        return cached.repeat(name="repeat") if self.plan.repeat else cached
 
     def _cache(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
         if not self.plan.cache_to_file:
-            return dataset.cache()
-        return dataset.cache(self._cache_location)
+            return dataset.cache(name="cache")
+        return dataset.cache(self._cache_location, name="cache")
 
     def _finish(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
         plan = self.plan
@@ -370,7 +378,7 @@ class PipelineBuilder:
                 processing_mode=SERVICE_PROCESSING_MODE, service=plan.service, job_name=None))
         if plan.prefetch is Prefetch.DEVICE:
             return dataset.apply(tf.data.experimental.prefetch_to_device(PREFETCH_DEVICE))
-        return dataset.prefetch(AUTOTUNE)
+        return dataset.prefetch(AUTOTUNE, name="prefetch")
 
 
 def _keep_label(fn, has_label):
