@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import struct
+import zlib
+
 import numpy as np
 import pytest
 from conftest import GIF_1X1, encode_bmp, encode_jpeg, encode_png, random_pixels
 
-from tfopt.records.image_header import ImageFormat, image_size, jpeg_structure, sniff_format
+from tfopt.records.image_header import (
+    ImageFormat,
+    image_size,
+    jpeg_structure,
+    png_problem,
+    sniff_format,
+)
 
 
 @pytest.mark.parametrize(
@@ -102,3 +111,74 @@ def test_structure_check_rejects_every_jpeg_the_decoder_rejects(tf):
                 rejected_by_decoder += 1
                 assert tfopt_rejects(damaged), (trial, damaged[:16])
     assert rejected_by_decoder > 100  # the damage was real enough to matter
+
+
+def _png_chunks(data: bytes):
+    position, chunks = 8, []
+    while position < len(data):
+        length, kind = struct.unpack_from(">I4s", data, position)
+        chunks.append((kind, data[position + 8:position + 8 + length]))
+        position += 12 + length
+    return chunks
+
+
+def _png_of(chunks) -> bytes:
+    return b"\x89PNG\r\n\x1a\n" + b"".join(
+        struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        for kind, body in chunks)
+
+
+def test_a_whole_png_has_no_problem(tf):
+    for pixels in (random_pixels(1), random_pixels(2, 1, 1), random_pixels(3, 17, 3)):
+        assert png_problem(encode_png(pixels)) is None
+    grey = tf.io.encode_png(np.arange(60, dtype=np.uint16).reshape(6, 10, 1)).numpy()
+    assert png_problem(grey) is None  # 16-bit grey
+
+
+def test_png_damage_is_found_without_decoding():
+    png = encode_png(random_pixels(4))
+    chunks = _png_chunks(png)
+    assert "CRC mismatch" in png_problem(png[:40] + bytes([png[40] ^ 1]) + png[41:])
+    assert "cut short" in png_problem(png[:-20])
+    idat = [body for kind, body in chunks if kind == b"IDAT"][0]
+    others = [(kind, body) for kind, body in chunks if kind != b"IDAT"]
+    shorter = zlib.compress(zlib.decompress(idat)[:-7])
+    assert "inflates to" in png_problem(_png_of(others[:1] + [(b"IDAT", shorter)] + others[1:]))
+    longer = zlib.compress(zlib.decompress(idat) + b"\0" * 9)
+    assert "more image data" in png_problem(_png_of(others[:1] + [(b"IDAT", longer)]
+                                                    + others[1:]))
+    bad_filter = bytearray(zlib.decompress(idat))
+    bad_filter[0] = 9
+    assert "unknown filter type 9" in png_problem(
+        _png_of(others[:1] + [(b"IDAT", zlib.compress(bytes(bad_filter)))] + others[1:]))
+    assert "no IEND" in png_problem(_png_of(chunks[:-1]))
+    header = bytearray(chunks[0][1])
+    header[8] = 3  # bit depth 3
+    assert "bit depth 3" in png_problem(_png_of([(b"IHDR", bytes(header))] + chunks[1:]))
+
+
+def test_png_check_rejects_every_png_the_decoder_rejects(tf):
+    """Random damage (CRCs made to match, so that it reaches the checks behind them): every
+    PNG that TensorFlow's decoder fails on is reported by the structure check."""
+    rng = np.random.default_rng(11)
+    pngs = [encode_png(random_pixels(seed, 12, 20)) for seed in range(4)]
+    missed = []
+    for trial in range(300):
+        chunks = _png_chunks(pngs[trial % 4])
+        index = int(rng.integers(0, len(chunks)))
+        kind, body = chunks[index]
+        body = bytearray(body)
+        if body and trial % 3:
+            body[int(rng.integers(0, len(body)))] = int(rng.integers(0, 256))
+        else:
+            body = body[: int(rng.integers(0, len(body) + 1))]
+        chunks[index] = (kind, bytes(body))
+        data = _png_of(chunks)
+        try:
+            tf.io.decode_png(data).numpy()
+            decodes = True
+        except tf.errors.OpError:
+            decodes = False
+        if not decodes and png_problem(data) is None:
+            missed.append(trial)
+    assert missed == []

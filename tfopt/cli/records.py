@@ -90,7 +90,6 @@ def convert(src, dst, quiet, as_json, **options):
 
     options = ConvertOptions(**options)
     try:
-        needs_tensorflow()
         from tfopt.records.convert import convert as run_convert
 
         result = run_convert(src, dst, options, progress=None if not quiet else False)
@@ -134,8 +133,6 @@ def inspect(path, fast, sample, quiet, as_json):
     """Show the schema, record count and shards of any TFRecord dataset."""
     from tfopt.records.inspect import inspect as run_inspect
 
-    needs_tensorflow()
-
     result = run_inspect(path, fast=fast, sample=sample, progress=None if not quiet else False)
     if as_json:
         echo_json(result.to_json())
@@ -152,8 +149,6 @@ def inspect(path, fast, sample, quiet, as_json):
 def verify(path, workers, quiet, as_json):
     """Check every shard's checksum, size, record count and record CRCs."""
     from tfopt.records.verify import verify as run_verify
-
-    needs_tensorflow()
 
     result = run_verify(path, workers=workers, progress=None if not quiet else False)
     if as_json:

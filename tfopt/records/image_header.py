@@ -310,3 +310,149 @@ def _skip_entropy_data(data: bytes, position: int) -> int:
             position += 1
         else:
             return position
+
+
+# PNG colour types: channels, and the bit depths allowed with each (PNG spec, table 11.1)
+_PNG_COLOUR_TYPES = {0: (1, {1, 2, 4, 8, 16}), 2: (3, {8, 16}), 3: (1, {1, 2, 4, 8}),
+                     4: (2, {8, 16}), 6: (4, {8, 16})}
+# Adam7 passes: (first column, first row, column step, row step)
+_ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2),
+          (0, 1, 1, 2))
+_PNG_MAX_PIXELS = 1 << 31  # beyond this a decoder refuses the image (and it would not fit)
+
+
+def png_problem(data: bytes) -> str | None:
+    """What makes a PNG undecodable, found without decoding it; None when it is whole.
+
+    Every chunk is walked and its CRC checked; the IHDR must be valid (sizes, bit depth for the
+    colour type, methods), a palette image must have its PLTE before the image data, the IDAT
+    chunks must be consecutive and inflate (zlib, its Adler-32 checked) to exactly the bytes
+    the IHDR implies, and every row must start with a known filter type (0-4); IEND must end
+    the file. That is what a decoder checks before it can fail; the pixels themselves cannot be
+    wrong in a way it would notice.
+    """
+    import zlib
+
+    if not data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "not a PNG signature"
+    position, end = 8, len(data)
+    header = None
+    seen_plte = seen_iend = False
+    idat_state = 0  # 0: none yet, 1: in the IDAT run, 2: after it
+    inflate = zlib.decompressobj()
+    pixels = bytearray()
+    expected = 0
+    while position < end:
+        if end - position < 12:
+            return f"cut short inside a chunk header at byte {position}"
+        length, kind = struct.unpack_from(">I4s", data, position)
+        body_start = position + 8
+        body_end = body_start + length
+        if length > (1 << 31) - 1 or body_end + 4 > end:
+            return (f"cut short: chunk {kind!r} at byte {position} says {length:,} bytes, "
+                    f"{max(0, end - body_start - 4):,} are left")
+        (crc,) = struct.unpack_from(">I", data, body_end)
+        if zlib.crc32(data[position + 4:body_end]) != crc:
+            return f"chunk {kind!r} at byte {position}: CRC mismatch"
+        body = data[body_start:body_end]
+        position = body_end + 4
+        if header is None:
+            if kind != b"IHDR":
+                return f"the first chunk is {kind!r}, not IHDR"
+            header = _png_header(body)
+            if isinstance(header, str):
+                return header
+            expected = _png_data_bytes(*header)
+            continue
+        if kind == b"IHDR":
+            return "a second IHDR chunk"
+        if kind == b"PLTE":
+            seen_plte = True
+        elif kind == b"IDAT":
+            if idat_state == 2:
+                return "IDAT chunks are not consecutive"
+            idat_state = 1
+            try:
+                pixels += inflate.decompress(body, expected + 1 - len(pixels))
+            except zlib.error as error:
+                return f"the image data does not inflate ({error})"
+            if len(pixels) > expected:
+                return f"more image data than the IHDR implies ({expected:,} bytes)"
+        else:
+            if idat_state == 1:
+                idat_state = 2
+            if kind == b"IEND":
+                seen_iend = True
+                break
+    if header is None:
+        return "no IHDR chunk"
+    if header[3] == 3 and not seen_plte:
+        return "a palette image without a PLTE chunk"
+    if idat_state == 0:
+        return "no image data (IDAT)"
+    if not inflate.eof:
+        return (f"the image data is cut short ({len(pixels):,} of {expected:,} bytes inflate, "
+                "the zlib stream does not end)")
+    if len(pixels) != expected:
+        return f"the image data inflates to {len(pixels):,} bytes, the IHDR implies {expected:,}"
+    if not seen_iend:
+        return "no IEND chunk: the file is cut short"
+    bad = _png_bad_filter(pixels, *header)
+    if bad is not None:
+        return f"row {bad[0]} of pass {bad[1]}: unknown filter type {bad[2]}"
+    return None
+
+
+def _png_header(body: bytes):
+    """``(width, height, bit depth, colour type, interlace)``, or what is wrong with it."""
+    if len(body) != 13:
+        return f"IHDR of {len(body)} bytes, not 13"
+    width, height, depth, colour, compression, filtering, interlace = struct.unpack(
+        ">IIBBBBB", body)
+    if not 0 < width < 1 << 31 or not 0 < height < 1 << 31:
+        return f"invalid size {width}x{height} in the IHDR"
+    if width * height > _PNG_MAX_PIXELS:
+        return f"{width}x{height} px: too large to decode"
+    if colour not in _PNG_COLOUR_TYPES or depth not in _PNG_COLOUR_TYPES[colour][1]:
+        return f"bit depth {depth} with colour type {colour}: not a valid PNG combination"
+    if compression != 0 or filtering != 0 or interlace not in (0, 1):
+        return (f"unknown method in the IHDR (compression {compression}, filter {filtering}, "
+                f"interlace {interlace})")
+    return width, height, depth, colour, interlace
+
+
+def _png_passes(width: int, height: int, interlace: int):
+    """``(pass width, pass height)`` of each (non-empty) pass: one for a non-interlaced PNG."""
+    if not interlace:
+        return [(width, height)]
+    passes = []
+    for column, row, column_step, row_step in _ADAM7:
+        pass_width = (width - column + column_step - 1) // column_step
+        pass_height = (height - row + row_step - 1) // row_step
+        if pass_width > 0 and pass_height > 0:
+            passes.append((pass_width, pass_height))
+    return passes
+
+
+def _png_row_bytes(width: int, depth: int, colour: int) -> int:
+    """Bytes of one filtered row: the filter byte and the packed samples."""
+    return 1 + (width * _PNG_COLOUR_TYPES[colour][0] * depth + 7) // 8
+
+
+def _png_data_bytes(width, height, depth, colour, interlace) -> int:
+    return sum(_png_row_bytes(pass_width, depth, colour) * pass_height
+               for pass_width, pass_height in _png_passes(width, height, interlace))
+
+
+def _png_bad_filter(pixels: bytearray, width, height, depth, colour, interlace):
+    """``(row, pass, filter type)`` of the first row with an unknown filter type, or None."""
+    offset = 0
+    for number, (pass_width, pass_height) in enumerate(_png_passes(width, height, interlace)):
+        row_bytes = _png_row_bytes(pass_width, depth, colour)
+        span = row_bytes * pass_height
+        filters = pixels[offset:offset + span:row_bytes]
+        if max(filters) > 4:
+            row = next(index for index, value in enumerate(filters) if value > 4)
+            return row, number, filters[row]
+        offset += span
+    return None

@@ -11,16 +11,14 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import enum
-import gzip
-import zlib
 from pathlib import Path
 
 from tfopt._files import is_temp_file, sha256_file
 from tfopt._progress import Progress
 from tfopt._system import usable_cores
-from tfopt._tf_messages import short_tf_message
 from tfopt._validate import optional_whole_number
-from tfopt.records.format.tfrecord import is_gzip, resolve_files, tf_compression_type
+from tfopt.records.format.framing import RecordError, read_records
+from tfopt.records.format.tfrecord import is_gzip, resolve_files
 from tfopt.records.manifest import (
     JOURNAL_NAME,
     MANIFEST_NAME,
@@ -118,8 +116,8 @@ def verify(path, *, workers: int | None = None, progress: bool | None = False) -
 
     Args:
         path: A dataset folder, one TFRecord file, or a glob.
-        workers: Files checked at once (threads: hashing and TensorFlow's reader release the
-            GIL). Defaults to the number of usable cores.
+        workers: Files checked at once (threads: hashing, reading and decompressing release
+            the GIL). Defaults to the number of usable cores.
         progress: Progress bar on stderr (None: when stderr is a terminal). Defaults to False.
 
     Returns:
@@ -206,9 +204,7 @@ def _check_file(file: Path, expected: ShardInfo | None, compression: str | None)
             problems.append(Problem(str(file), ProblemKind.CHECKSUM,
                                     f"SHA-256 {digest[:16]}..., the manifest says "
                                     f"{expected.sha256[:16]}..."))
-    count, data_bytes, error = _read_all(file, compression)
-    if error is None:
-        error = _after_last_record(file, size, compression, count * _RECORD_FRAMING + data_bytes)
+    count, error = _read_all(file, compression)
     if error is not None:
         problems.append(Problem(str(file), ProblemKind.CORRUPT, error, record=count))
     elif expected is not None and count != expected.num_records:
@@ -217,73 +213,24 @@ def _check_file(file: Path, expected: ShardInfo | None, compression: str | None)
     return ShardCheck(str(file), size, count), problems
 
 
-_RECORD_FRAMING = 16  # bytes around each record's data: length (8), its CRC (4), data CRC (4)
-_READ_BYTES = 1 << 20  # decompressed bytes per read when a GZIP stream is walked: 1 MiB
+def _read_all(file: Path, compression: str | None) -> tuple[int, str | None]:
+    """Read every record, both CRCs of each checked; return the count of whole records and, at
+    the first bad one, the reason.
 
-
-def _after_last_record(file: Path, size: int, compression: str | None,
-                       records_end: int) -> str | None:
-    """Why a file that TensorFlow read without an error is not whole, or None when it is.
-
-    TensorFlow's reader ends a (decompressed) stream without an error where fewer bytes than a
-    record header (12) are left, so a stream cut inside a header, or a few bytes of anything
-    after the records, reads as whole. ``records_end`` (the framing and data of the records
-    read) must then be the stream's length. For GZIP, that length mod 2**32 is in the stream's
-    last 4 bytes (ISIZE), which zlib checks when TensorFlow reads the stream to its end: one
-    4-byte read. A stream that does not match (cut, several GZIP members, a missing trailer,
-    which TensorFlow lets pass) is decompressed once more, streaming, to tell which.
+    A stream cut inside a header, a few bytes of anything after the records, a length beyond
+    the end of the file, a GZIP stream cut short or with a wrong trailer (CRC-32, length): each
+    is a bad record at the index where it starts (:func:`tfopt.records.format.framing
+    .read_records`).
     """
-    if compression is None:
-        length = size
-    else:
-        with open(file, "rb") as handle:
-            handle.seek(max(0, size - 4))
-            if int.from_bytes(handle.read(4), "little") == records_end % (1 << 32):
-                return None
-        length = 0
-        try:
-            with gzip.open(file, "rb") as stream:
-                while chunk := stream.read(_READ_BYTES):
-                    length += len(chunk)
-        except (EOFError, OSError, zlib.error) as error:  # BadGzipFile is an OSError
-            return (f"the GZIP stream is cut short or damaged ({type(error).__name__}: {error}) "
-                    f"after {length} bytes; records after it are lost")
-    trailing = length - records_end
-    if trailing <= 0:
-        return None
-    return (f"{trailing} byte(s) after the last whole record"
-            f"{' (decompressed)' if compression else ''}: a record cut short, or not a "
-            "TFRecord file")
-
-
-def _read_all(file: Path, compression: str | None) -> tuple[int, int, str | None]:
-    """Read every record; return the count, the records' data bytes and, at the first bad
-    record, the reason (the data bytes are then 0).
-
-    A fast graph-mode count first; only a file that fails it is walked record by record to find
-    the index of the bad one (TensorFlow's reader cannot go past a bad record).
-    """
-    import numpy as np
-    import tensorflow as tf
-
-    def dataset():
-        return tf.data.TFRecordDataset(str(file), tf_compression_type(compression))
-
-    def add(totals, record):
-        return totals[0] + 1, totals[1] + tf.cast(tf.strings.length(record), tf.int64)
-
+    count = 0
     try:
-        count, data_bytes = dataset().reduce((np.int64(0), np.int64(0)), add)
-        return int(count), int(data_bytes), None
-    except tf.errors.OpError:
-        pass
-    index = data_bytes = 0
-    try:
-        for record in dataset():
-            index += 1
-            data_bytes += len(record.numpy())
-    except tf.errors.OpError as error:
-        reason = short_tf_message(error)
-        return index, 0, (f"unreadable ({type(error).__name__}: {reason}); records after it "
-                          "are lost")
-    return index, data_bytes, None  # read whole at the second try: the file changed meanwhile
+        for _ in read_records(file, compression):
+            count += 1
+    except RecordError as error:
+        return error.index, f"{error.reason}{_LOST if error.kind not in ('gzip', 'trailing') else ''}"
+    except OSError as error:
+        return count, f"unreadable ({error.strerror or error}); records after it are lost"
+    return count, None
+
+
+_LOST = "; records after it are lost"

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from tfopt._files import atomic_path, sha256_file
-from tfopt.records.format.tfrecord import tf_compression_type
+from tfopt.records.format.example_pb import example_classes
+from tfopt.records.format.framing import RecordWriter
 from tfopt.records.manifest import SkippedItem
 from tfopt.records.schema import IMAGE_FORMAT_KEY, Encoding, FeatureKind, FeatureSpec
 from tfopt.records.sources import BadItem, SourceKind, open_reader
@@ -101,13 +102,16 @@ def _feature_setter(spec: FeatureSpec):
 
 
 def example_encoder(features: list[FeatureSpec]):
-    """A function ``{name: value} -> serialized tf.train.Example`` for this schema."""
-    import tensorflow as tf
+    """A function ``{name: value} -> serialized tf.train.Example`` for this schema.
 
+    The message classes are tfopt's own (:mod:`tfopt.records.format.example_pb`), built from
+    TensorFlow's public schema: the bytes are those of ``tf.train.Example`` without TensorFlow.
+    """
+    example_class = example_classes().Example
     setters = [(spec.name, _feature_setter(spec)) for spec in features]
 
     def encode(values: dict) -> bytes:
-        example = tf.train.Example()
+        example = example_class()
         feature_map = example.features.feature
         for name, setter in setters:
             setter(feature_map[name], values[name])
@@ -132,18 +136,15 @@ def write_shard(task: ShardTask, folder: Path, report=None, should_stop=None) ->
         tfopt.SourceError: A bad item, unless ``task.skip_bad``.
         Cancelled: ``should_stop`` asked to stop.
     """
-    import tensorflow as tf
-
     read = open_reader(task.source_kind, task.reader_config)
     encode = example_encoder(task.features)
     final = Path(folder) / task.file
-    options = tf.io.TFRecordOptions(compression_type=tf_compression_type(task.compression))
     skipped: list[SkippedItem] = []
     formats: collections.Counter = collections.Counter()
     written = 0
     pending_report = 0
     with atomic_path(final) as tmp:
-        with tf.io.TFRecordWriter(str(tmp), options) as writer:
+        with RecordWriter(tmp, task.compression) as writer:
             for item in task.items:
                 if should_stop is not None and should_stop():
                     raise Cancelled(task.file)

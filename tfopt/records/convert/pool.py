@@ -23,6 +23,7 @@ from pathlib import Path
 from tfopt._supervisor import die_with_parent, stop_processes
 from tfopt.errors import TfoptError
 from tfopt.records.convert.journal import Journal
+from tfopt.records.sources.images import single_threaded_decodes
 from tfopt.records.writer import ShardResult, ShardTask, write_shard
 
 _worker_state: dict = {}
@@ -32,17 +33,13 @@ def _init_worker(queue, stop_event, parent_pid: int) -> None:
     # the process was started with SIGINT blocked (see _sigint_blocked): a Ctrl-C reaches the
     # whole process group, and the main process, not each worker, answers it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from tfopt._tf import import_tensorflow
-
-    tf = import_tensorflow()  # without one set of C++ banners per worker
-
-    # one shard per process and eager per-image ops: thread pools would only contend
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    # no TensorFlow here: records are framed and encoded without it, and an image source
+    # imports it only at an image that needs a decode, one thread per op (one shard per
+    # process and eager per-image ops: thread pools would only contend)
+    single_threaded_decodes()
     _worker_state.update(queue=queue, stop=stop_event, parent=parent_pid)
     # end with the parent (kill -9): an idle worker waits on a queue whose pipe it also holds
-    # open, so it would never see the parent go and would linger, holding TensorFlow's
-    # ~500 MB, forever. Linux's parent-death signal; a polling thread where there is none.
+    # open, so it would never see the parent go and would linger forever. Linux's parent-death signal; a polling thread where there is none.
     if not die_with_parent(parent_pid, signal.SIGKILL):
         threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True,
                          name="tfopt-parent-watch").start()
@@ -69,9 +66,9 @@ def run_tasks(tasks, dst: Path, workers: int, journal: Journal, done: dict, bar)
     """Write ``tasks``; journal each result and add it to ``done``.
 
     With several workers, ``workers - 1`` spawned processes and a thread of this process share
-    the shards. Spawning costs each process a TensorFlow import (about 3 s here), so this
-    process, idle otherwise, starts writing at once instead of waiting for a process of its
-    own: on 2 cores that is most of the start-up cost back.
+    the shards. Spawning costs each process its start-up (Python, NumPy, protobuf; a TensorFlow
+    import too where its images need decoding), so this process, idle otherwise, starts
+    writing at once instead of waiting for a process of its own.
     """
     def finished(result: ShardResult) -> None:
         journal.append(result)
@@ -90,7 +87,8 @@ def run_tasks(tasks, dst: Path, workers: int, journal: Journal, done: dict, bar)
         with lock:
             return todo.popleft() if todo else None
 
-    context = multiprocessing.get_context("spawn")  # fork after TensorFlow started is unsafe
+    # spawn: fork is unsafe after TensorFlow (or any threads) started in this process
+    context = multiprocessing.get_context("spawn")
     queue, stop = context.Queue(), context.Event()
     local = _LocalWriter(next_task, dst, queue.put, stop.is_set)
     executor = concurrent.futures.ProcessPoolExecutor(
@@ -124,8 +122,8 @@ def run_tasks(tasks, dst: Path, workers: int, journal: Journal, done: dict, bar)
     except BaseException:
         _stop_all(stop, local, executor)
         raise
-    # every shard is in: let the idle workers exit on their own (their TensorFlow teardown
-    # takes ~0.5 s) instead of making the caller wait for it
+    # every shard is in: let the idle workers exit on their own (a TensorFlow teardown, where
+    # one decoded images, takes ~0.5 s) instead of making the caller wait for it
     executor.shutdown(wait=False)
 
 
@@ -135,7 +133,7 @@ class WorkerDied(TfoptError):
 
 
 # Seconds the worker processes get to stop at a shard's next record once told to, before they
-# are terminated: one still importing TensorFlow (about 3 s, more on busy cores) would otherwise
+# are terminated: one importing TensorFlow for a decode (about 3 s, more on busy cores) would otherwise
 # hold a Ctrl-C up until its import is done (measured: 4.2 s to exit without this, 1.4 s with
 # 0.5 s here, on 2 busy cores). A terminated worker leaves at most a temporary file, which
 # --resume removes; the shard it was writing is not journaled, so it is redone anyway.

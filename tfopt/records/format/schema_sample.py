@@ -17,9 +17,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from tfopt._tf_messages import short_tf_message
 from tfopt.errors import DatasetError
-from tfopt.records.format.tfrecord import tf_compression_type
+from tfopt.records.format.example_pb import example_classes
+from tfopt.records.format.framing import RecordError, read_records
 from tfopt.records.image_header import image_size, sniff_format
 
 # Keys that hold the encoded image / the class label in public datasets, most specific first.
@@ -116,37 +116,18 @@ def sample_schema(files, compression, *, records: int = 1024, max_bytes: int = 6
         tfopt.DatasetError: Records that are not ``tf.train.Example``, a corrupted file (named),
             or no records at all.
     """
-    import tensorflow as tf
-
     files = [Path(file) for file in files]
     chosen = files
     if len(files) > max_files:
         step = (len(files) - 1) / (max_files - 1)
         chosen = [files[round(i * step)] for i in range(max_files)]
     per_file = max(1, records // len(chosen))
+    # the first record tells the record size, which bounds the records per file
+    first = _first_record_size(chosen, compression, stop_at_corruption)
+    if first:
+        per_file = max(1, min(per_file, max_bytes // (first * len(chosen))))
     schema = SchemaStats()
-    try:
-        # the first record tells the record size, which bounds the records per file
-        first = _first_record_size(chosen, compression)
-        if first:
-            per_file = max(1, min(per_file, max_bytes // (first * len(chosen))))
-        names = tf.data.Dataset.from_tensor_slices([str(file) for file in chosen])
-        take = tf.constant(per_file, tf.int64)
-        pairs = names.interleave(
-            lambda name: tf.data.TFRecordDataset(name, tf_compression_type(compression)).take(
-                take).map(lambda raw: (name, raw)),
-            cycle_length=min(len(chosen), 16), block_length=per_file,
-            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        index: dict[bytes, int] = {}
-        for name, raw in pairs.batch(256).as_numpy_iterator():
-            for file, record in zip(name, raw, strict=True):
-                position = index.get(file, 0)
-                index[file] = position + 1
-                schema.observe(record, file.decode(), position)
-    except tf.errors.OpError:
-        # a corrupted or unreadable file: read them one by one, to name it (or read past it)
-        schema = SchemaStats()
-        _read_in_order(schema, chosen, compression, per_file, stop_at_corruption)
+    _read_in_order(schema, chosen, compression, per_file, stop_at_corruption)
     features, sampled = schema.result(files)
     return SchemaSample(features, sampled, len(chosen), per_file,
                         schema.record_bytes / sampled if sampled else None)
@@ -171,29 +152,38 @@ class SchemaSample:
     mean_record_bytes: float | None
 
 
-def _first_record_size(files, compression) -> int | None:
-    import tensorflow as tf
-
-    for record in tf.data.TFRecordDataset([str(f) for f in files],
-                                          tf_compression_type(compression)).take(1):
-        return len(record.numpy())
+def _first_record_size(files, compression, stop_at_corruption: bool) -> int | None:
+    for file in files:
+        try:
+            for record in read_records(file, compression):
+                return len(record)
+        except RecordError as error:
+            if error.kind == "trailing":  # TensorFlow's reader ends there too, without an error
+                continue
+            if not stop_at_corruption:
+                raise _corrupted(error) from None
     return None
+
+
+def _corrupted(error: RecordError) -> DatasetError:
+    return DatasetError(f"{error.file}: corrupted or not a TFRecord file (record {error.index}: "
+                        f"{error.reason}); run 'tfopt verify' on it")
 
 
 def _read_in_order(schema: SchemaStats, files, compression, per_file: int,
                    stop_at_corruption) -> None:
     """Observe the first ``per_file`` records of each file, one file after the other."""
-    import tensorflow as tf
-
     corrupted = None  # the first corrupted file's error, while nothing has been sampled
     for file in files:
-        dataset = tf.data.TFRecordDataset(str(file), tf_compression_type(compression))
         try:
-            for index, raw in enumerate(dataset.take(per_file).as_numpy_iterator()):
+            for index, raw in enumerate(read_records(file, compression)):
+                if index >= per_file:
+                    break
                 schema.observe(raw, file, index)
-        except tf.errors.DataLossError as error:
-            problem = DatasetError(f"{file}: corrupted or not a TFRecord file "
-                                   f"({short_tf_message(error)}); run 'tfopt verify' on it")
+        except RecordError as error:
+            if error.kind == "trailing":  # TensorFlow's reader ends there too, without an error
+                continue
+            problem = _corrupted(error)
             if not stop_at_corruption:
                 raise problem from None
             # keep what was read before it, and sample the next files
@@ -235,14 +225,13 @@ class SchemaStats:
     """Feature statistics accumulated record by record, in constant memory per feature."""
 
     def __init__(self):
-        import tensorflow as tf
         from google.protobuf.message import DecodeError
 
         self.features: dict[str, dict] = {}
         self.records = 0
         self.record_bytes = 0
         # looked up once: observe runs for every record read, and the imports took ~20 % of it
-        self._parse_example = tf.train.Example.FromString
+        self._parse_example = example_classes().Example.FromString
         self._decode_error = DecodeError
 
     def observe(self, raw: bytes, file, index: int) -> None:

@@ -1,8 +1,10 @@
 """Image folders, ``SRC/<class>/<image>``: one record per image, its class folder the label.
 
 JPEGs are checked by their structure (``check="structure"``) or decoded at 1/8 scale
-(``"decode"``); PNG, GIF and BMP are decoded; images beyond ``max_size`` are downscaled and
-re-encoded as JPEG.
+(``"decode"``); PNGs by their chunks and the exact size of their inflated data (or decoded with
+``"decode"``); GIF, BMP and progressive JPEGs are decoded; images beyond ``max_size`` are
+downscaled and re-encoded as JPEG. Only decoding imports TensorFlow, in the process that meets
+such an image.
 
 Example:
     >>> scanned = scan_images(Path("photos"), label=None, skip_bad=False, max_size=None,
@@ -26,6 +28,7 @@ from tfopt.records.image_header import (
     ImageFormat,
     image_size,
     jpeg_structure,
+    png_problem,
     sniff_format,
 )
 from tfopt.records.manifest import SkippedItem
@@ -146,9 +149,49 @@ def sampled_image_sides(scanned: ScannedSource, samples: int = 32) -> list[tuple
     return sides
 
 
-def image_reader(config: dict):
-    import tensorflow as tf  # only worker processes decode
+# TensorFlow, imported at the first image that needs a real decode (a progressive JPEG, GIF,
+# BMP, check="decode", a downscale), in the process that meets it; None until then. Baseline
+# JPEGs and PNGs are checked by their structure and never need it.
+_tf = None
+_tf_threads: int | None = None
 
+
+def single_threaded_decodes() -> None:
+    """Make the TensorFlow this process may import later run each op on one thread.
+
+    For convert's worker processes (one shard each, eager per-image ops: thread pools would
+    only contend); the main process keeps TensorFlow's defaults.
+    """
+    global _tf_threads
+    _tf_threads = 1
+
+
+def _tensorflow(path: Path, why: str):
+    global _tf
+    if _tf is None:
+        from tfopt._tf import import_tensorflow
+
+        try:
+            tf = import_tensorflow()
+        except ImportError as error:
+            raise SourceError(str(path), f"{why} needs TensorFlow, which cannot be imported "
+                              f"here ({error}); baseline JPEGs and PNGs (with --check "
+                              "structure) convert without it") from None
+        if _tf_threads is not None:
+            try:
+                tf.config.threading.set_intra_op_parallelism_threads(_tf_threads)
+                tf.config.threading.set_inter_op_parallelism_threads(_tf_threads)
+            except RuntimeError:  # TensorFlow ran ops in this process already: keep its pools
+                pass
+        _tf = tf
+    return _tf
+
+
+def _is_decode_error(error: BaseException) -> bool:
+    return _tf is not None and isinstance(error, _tf.errors.OpError)
+
+
+def image_reader(config: dict):
     root = Path(config["root"])
     max_size = config["max_size"]
     quality = config["quality"]
@@ -172,7 +215,7 @@ def image_reader(config: dict):
             raise BadItem(str(path), f"malformed {image_format.value} header: {error}") from None
         try:
             if max_size and max(height, width) > max_size:
-                data, height, width = _downscale(tf, data, max_size, quality)
+                data, height, width = _downscale(_tensorflow(path, "downscaling"), data, max_size, quality)
                 image_format = ImageFormat.JPEG
             elif image_format is ImageFormat.JPEG and check == "structure":
                 structure = jpeg_structure(data)
@@ -180,10 +223,21 @@ def image_reader(config: dict):
                     raise BadItem(str(path),
                                   f"cannot be decoded, truncated or corrupt ({structure.problem})")
                 if structure.progressive:  # the walk cannot vouch for its scans: decode
-                    _check_decodes(tf, data, image_format, height, width)
+                    _check_decodes(_tensorflow(path, "a progressive JPEG"), data,
+                                   image_format, height, width)
+            elif image_format is ImageFormat.PNG and check == "structure":
+                problem = png_problem(data)
+                if problem:
+                    raise BadItem(str(path), f"cannot be decoded, truncated or corrupt ({problem})")
             else:
-                _check_decodes(tf, data, image_format, height, width)
-        except tf.errors.OpError as error:
+                why = ("--check decode" if check == "decode"
+                       else f"a {image_format.value.upper()} image")
+                _check_decodes(_tensorflow(path, why), data, image_format, height, width)
+        except (BadItem, SourceError):
+            raise
+        except Exception as error:
+            if not _is_decode_error(error):
+                raise
             reason = short_tf_message(error)
             raise BadItem(str(path), f"cannot be decoded, truncated or corrupt ({reason})") from None
         return {

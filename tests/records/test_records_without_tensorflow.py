@@ -1,0 +1,111 @@
+"""Records without TensorFlow: the same bytes as TensorFlow's writer path, read back by
+TensorFlow's own parser, and convert, verify and inspect run with TensorFlow unimportable."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import GIF_1X1, encode_png, make_image_folder, random_pixels
+from records_helpers import (
+    no_tensorflow_env,
+    parse_with_tensorflow,
+    shard_bytes,
+    tensorflow_writer_path,
+    write_csv_source,
+    write_numpy_source,
+)
+
+import tfopt
+
+
+def _image_source(tmp_path):
+    folder = make_image_folder(tmp_path / "images", per_class=5)
+    for index in range(3):
+        (folder / "dog" / f"p{index}.png").write_bytes(encode_png(random_pixels(50 + index)))
+    return folder
+
+
+def _sources(tmp_path):
+    return {"images": (_image_source(tmp_path), {}),
+            "numpy": (write_numpy_source(tmp_path), {"label": "y"}),
+            "csv": (write_csv_source(tmp_path), {"label": "label"})}
+
+
+@pytest.mark.parametrize("compression", [None, "gzip"])
+@pytest.mark.parametrize("kind", ["images", "numpy", "csv"])
+def test_shards_are_byte_identical_to_the_tensorflow_writer_path(tmp_path, monkeypatch, kind,
+                                                                 compression):
+    src, options = _sources(tmp_path)[kind]
+    options = {**options, "workers": 1, "shards": 3, "seed": 5, "val_fraction": 0.2,
+               "compression": compression}
+    with tensorflow_writer_path(monkeypatch):
+        before = tfopt.convert(src, tmp_path / "before", **options)
+    after = tfopt.convert(src, tmp_path / "after", **options)
+    assert shard_bytes(tmp_path / "after") == shard_bytes(tmp_path / "before")
+    assert len(shard_bytes(tmp_path / "after")) == 4  # 3 training shards and a validation one
+    assert [(s.file, s.sha256, s.num_records) for s in after.manifest.shards] == \
+        [(s.file, s.sha256, s.num_records) for s in before.manifest.shards]
+    rows = parse_with_tensorflow(tmp_path / "after")
+    assert len(rows) == after.num_records == before.num_records
+    assert tfopt.verify(tmp_path / "after").ok
+
+
+def test_tensorflow_parses_every_value_written(tmp_path):
+    src = write_numpy_source(tmp_path)
+    tfopt.convert(src, tmp_path / "out", label="y", workers=1, shards=2, seed=0)
+    rows = parse_with_tensorflow(tmp_path / "out")
+    arrays = np.load(src)
+    ids = sorted(int(row["ids"][0]) for row in rows)
+    assert ids == list(range(90))
+    for row in rows:
+        index = int(row["ids"][0])
+        assert int(row["y"][0]) == arrays["y"][index]
+        np.testing.assert_array_equal(row["x"], arrays["x"][index].ravel())
+
+
+def _run(args, env, cwd):
+    return subprocess.run([sys.executable, "-m", "tfopt", *args], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_convert_verify_inspect_run_with_tensorflow_unimportable(tmp_path):
+    env = no_tensorflow_env(tmp_path)
+    blocked = subprocess.run([sys.executable, "-c", "import tensorflow"], env=env,
+                             capture_output=True, text=True)
+    assert blocked.returncode != 0 and "unimportable" in blocked.stderr
+    for kind, (src, options) in _sources(tmp_path).items():
+        dst = tmp_path / f"out-{kind}"
+        args = ["convert", str(src), str(dst), "--workers", "2", "--shards", "3", "-q",
+                "--val-fraction", "0.2"]
+        args += ["--label", options["label"]] if "label" in options else []
+        if kind == "numpy":
+            args += ["--compression", "gzip"]
+        run = _run(args, env, tmp_path)
+        assert run.returncode == 0, run.stderr
+        run = _run(["verify", str(dst), "--json", "-q"], env, tmp_path)
+        assert run.returncode == 0, run.stderr
+        assert json.loads(run.stdout)["ok"]
+        for extra in ([], ["--fast"]):
+            run = _run(["inspect", str(dst), "--json", "-q", *extra], env, tmp_path)
+            assert run.returncode == 0, run.stderr
+            assert json.loads(run.stdout)["num_records"] > 0
+    # and what they wrote is what TensorFlow reads
+    assert len(parse_with_tensorflow(tmp_path / "out-images")) == tfopt.inspect(
+        tmp_path / "out-images", fast=True).num_records
+    assert tfopt.verify(tmp_path / "out-csv").ok
+
+
+def test_a_gif_needs_tensorflow_only_in_the_process_that_meets_it(tmp_path):
+    folder = make_image_folder(tmp_path / "images", per_class=2)
+    (folder / "cat" / "tiny.gif").write_bytes(GIF_1X1)
+    run = _run(["convert", str(folder), str(tmp_path / "out"), "--workers", "1", "-q"],
+               no_tensorflow_env(tmp_path), tmp_path)
+    assert run.returncode == 1 and "a GIF image needs TensorFlow" in run.stderr
+    run = subprocess.run([sys.executable, "-m", "tfopt", "convert", str(folder),
+                          str(tmp_path / "out2"), "--workers", "1", "-q"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
