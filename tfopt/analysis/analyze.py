@@ -99,9 +99,9 @@ def analyse(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
             progress(index, total, stage.name or stage.op)
         prefix_def, spec = graph.prefix_graph(graph_def, stage.node)
         prefix = tfapi.rebuild(prefix_def, spec).with_options(options)
-        measured, model_proto, first = _measure(prefix, 2 * share if last else share, stage,
-                                                tf, measure, tfapi, model=last)
-        repeated = first.exhausted
+        measured, model_proto, first, repeated = _measure(
+            prefix, 2 * share if last else share, stage, tf, measure, tfapi, model=last,
+            shuffled=any(s.buffer_size for s in found[:index + 1]))
         if last:
             proto = model_proto
         logger.info("analyze: %s up to %s: %.1f elements/s", stage.op, stage.name or stage.node,
@@ -116,7 +116,8 @@ def analyse(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
             progress(len(found), total, "the pipeline with deterministic=False")
         whole_def, spec = graph.prefix_graph(graph.undeterministic(graph_def), found[-1].node)
         prefix = tfapi.rebuild(whole_def, spec).with_options(options)
-        unordered = _measure(prefix, 2 * share, found[-1], tf, measure, tfapi)[0].rate
+        unordered = _measure(prefix, 2 * share, found[-1], tf, measure, tfapi,
+                             shuffled=any(s.buffer_size for s in found))[0].rate
     reading = model.read_model(proto, found, repeated) if proto is not None else None
     cores = (cores or (reading.cpu_budget if reading and reading.cpu_budget else None)
              or usable_cores())
@@ -147,20 +148,31 @@ def analyse(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
                     reading is not None and reading.injected_prefetch)
 
 
-def _measure(prefix, seconds, stage, tf, measure, tfapi, model=False):
-    """The drained rate of ``prefix``, with ``model`` the autotuning model (else None), and the
-    first drain's measurement: exhausted when the rate was measured again under a ``repeat()``
-    of the analysis's own, and then its ``total`` is one pass."""
+def _short_pass(prefix, measured, within: float) -> bool:
+    """Whether ``prefix`` is finite and a pass takes at most ``within`` seconds at the
+    measured rate."""
+    length = int(prefix.cardinality())
+    return length > 0 and measured.rate > 0 and length / measured.rate <= within
+
+
+def _measure(prefix, seconds, stage, tf, measure, tfapi, model=False, shuffled=False):
+    """The rate of ``prefix``; with ``model`` the autotuning model (else None); the first
+    drain's measurement (exhausted: its ``total`` is one pass); and whether the rate is from
+    whole passes, the model then read under a ``repeat()`` of the analysis's own."""
     try:
         iterator = iter(prefix)
         measured = first = measure.drain(iterator, seconds)
-        if first.exhausted:
-            # a short finite prefix: a few elements and an iterator's start-up say little, and
-            # TensorFlow's model drops a finished iterator's nodes; its passes again, as the
-            # epochs of training would run them
-            iterator = iter(prefix.repeat())
-            measured = measure.drain(iterator, seconds)
-        return measured, (tfapi.model_proto(iterator) if model else None), first
+        passes = first.exhausted or (shuffled and _short_pass(prefix, first, 3 * seconds))
+        if passes:
+            # a short finite prefix: its rate from whole passes, as epochs run them (a window
+            # inside a pass of a shuffle is biased; see measure.whole_passes), and TensorFlow's
+            # model, which drops a finished iterator's nodes, from a repeat() of the
+            # analysis's own
+            measured = measure.whole_passes(prefix, seconds)
+            if model:
+                iterator = iter(prefix.repeat())
+                measure.drain(iterator, min(seconds, 1.0))
+        return measured, (tfapi.model_proto(iterator) if model else None), first, passes
     except tf.errors.OpError as error:
         raise UnsupportedDatasetError(
             f"{stage.op} ({stage.name or stage.node}) failed when run for analysis: "
@@ -185,6 +197,23 @@ def _pass_length(cardinality, measured) -> int | None:
     if cardinality is not None and cardinality >= 0:
         return cardinality
     return measured.total if measured.exhausted else None
+
+
+def _static_bytes(spec) -> int | None:
+    """Bytes of one element whose tensors all have static shapes and numeric dtypes, else
+    None (strings, ragged and sparse parts have no size in the spec)."""
+    import tensorflow as tf
+
+    if spec is None:
+        return None
+    total = 0
+    for part in tf.nest.flatten(spec):
+        shape, dtype = getattr(part, "shape", None), getattr(part, "dtype", None)
+        if (not isinstance(part, tf.TensorSpec) or shape is None or dtype is None
+                or not shape.is_fully_defined() or dtype in (tf.string, tf.variant)):
+            return None
+        total += shape.num_elements() * dtype.size
+    return total
 
 
 def _spec_facts(spec) -> tuple[int | None, int | None]:
@@ -285,6 +314,8 @@ def _stages(found, rates, reading, cardinalities=None, specs=None, ordered=True,
             self_time = max(0.0, cost - previous_cost) / ratios[i]
         if rates[i] > 0:
             previous_cost = ratios[i] / rates[i]
+        if size is None and specs:  # no model node (its iterator gone, say): the spec's size
+            size = _static_bytes(specs[i])
         stages.append(Stage(
             index=i, op=stage.op, name=stage.name, parallelism=stage.parallelism,
             runtime_parallelism=runtime, self_time_s=self_time,
@@ -297,4 +328,5 @@ def _stages(found, rates, reading, cardinalities=None, specs=None, ordered=True,
             deterministic=None if stage.deterministic is None else (
                 stage.deterministic == "true" or (stage.deterministic == "default" and ordered)),
             item_bytes=facts[i][0], image_side=facts[i][1]))
+
     return stages

@@ -75,6 +75,11 @@ def chain(proto, picks=()) -> list[ModelNode]:
     return out
 
 
+# Ops that run ahead of their consumer: TensorFlow injects no prefetch after one.
+_ASYNCHRONOUS = ("PrefetchDataset", "ParallelMapDataset", "MapAndBatchDataset",
+                 "ParallelBatchDataset", "ParallelInterleaveDataset", "ParallelFilterDataset")
+
+
 def _subtree_ns(nodes, key) -> int:
     """Processing time of the node ``key`` and everything under it."""
     total, todo, seen = 0, [key], set()
@@ -92,14 +97,18 @@ def read_model(proto, stages: list[GraphStage], repeated: bool = False) -> Model
     """Match the model's nodes to ``stages`` (source to output); ``repeated``: the measured
     iterator ran the pipeline under a ``repeat()`` of the analysis's own, which is left out."""
     model = chain(proto, [s.data_input for s in reversed(stages) if s.data_input is not None])
+    injected = False
     if repeated:  # ours is at the output, under a prefetch TensorFlow may have injected
         ours = next((i for i, node in enumerate(model[:2])
                      if op_kind(node.name) == "foreverrepeat"), None)
         if ours is not None:
-            del model[ours]
+            # a prefetch above it was injected for our repeat, which is synchronous: one would
+            # be injected for the pipeline itself only where its own last op is synchronous too
+            injected = ours == 1 and not stages[-1].op.startswith(_ASYNCHRONOUS)
+            del model[:ours + 1]
     root = proto.nodes[proto.output]
     output_elements = int(root.num_elements) or (model[0].elements if model else 0)
-    by_stage, fused, injected = {}, set(), False
+    by_stage, fused = {}, set()
     graph = list(reversed(stages))  # output first, like the model
     g = 0
     for index, node in enumerate(model):

@@ -272,7 +272,9 @@ def _apply(dataset, options, found, changes, skipped, seconds, started, progress
         if progress is not None:
             progress(next(steps, 3), 4, f"the rewrite: {label}")
         try:
-            return measure.drain(iter(build(graph, original=graph is graph_def)), share).rate
+            # a short finite pipeline over whole passes, as epochs run (measure.whole_passes)
+            return measure.rate(build(graph, original=graph is graph_def), share,
+                                whole_passes_within=3 * share).rate
         except tf.errors.OpError as error:
             raise UnsupportedDatasetError(
                 f"the rewritten pipeline failed when run: {tfapi.first_line(error)}") from None
@@ -335,8 +337,12 @@ def _cached_rate(final, build, report, cache, share, notes, measure, tf):
         notes.append("the cache's gain shows from the second epoch; not measured here: filling "
                      "it takes " + (f"about {fill:,.0f} s" if fill else "an unknown time"))
         return None
-    # the first pass fills the cache inside the warm-up; what is counted reads from it
-    return measure.drain(iter(build(final).repeat()), share, warmup=1.5 * fill + 0.2).rate
+    dataset = build(final)
+    if int(dataset.cardinality()) == tf.data.INFINITE_CARDINALITY:
+        # a repeat above the cache: its first pass fills the cache inside the warm-up
+        return measure.drain(iter(dataset), share, warmup=1.5 * fill + 0.2).rate
+    # the first pass fills the cache; the passes timed after it read from it
+    return measure.whole_passes(dataset, share, skip=1).rate
 
 
 def _fresh(graph):
