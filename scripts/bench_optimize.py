@@ -30,6 +30,7 @@ from tfopt._tf import import_tensorflow  # noqa: E402
 
 tf = import_tensorflow()
 import keras  # noqa: E402
+import numpy as np  # noqa: E402
 
 import tfopt  # noqa: E402
 from tfopt.analysis import measure  # noqa: E402
@@ -178,8 +179,8 @@ def cases(data) -> list[Case]:
         from PIL import Image  # noqa: PLC0415 - only this case needs Pillow
 
         with Image.open(path.numpy().decode()) as image:
-            image = image.convert("RGB").resize((SIZE, SIZE))
-            return (tf.convert_to_tensor(image.__array__()) / 255).numpy().astype("float32")
+            pixels = np.asarray(image.convert("RGB").resize((SIZE, SIZE)), dtype=np.float32)
+        return pixels / 255
 
     def python_decode():
         return (folder(data["images"])

@@ -82,3 +82,12 @@ def test_parallel_dataset_ops_take_the_inputs_and_attributes_the_rewrites_give_t
     assert inputs("CacheDatasetV2") == ["input_dataset", "filename", "cache"]
     attrs = {a.name for a in op_def_registry.get("ParallelMapDatasetV2").attr}
     assert {"deterministic", "preserve_cardinality", "use_inter_op_parallelism"} <= attrs
+
+
+def test_first_line_of_a_graph_execution_error_is_its_cause():
+    error = tf.errors.InvalidArgumentError(
+        None, None, "Graph execution error:\n\nDetected at node EagerPyFunc defined at:\n"
+        "  File \"x.py\", line 3\n\nAttributeError: 'Image' object has no attribute 'x'\n"
+        "\t [[{{node EagerPyFunc}}]] [Op:IteratorGetNext] name: ")
+    assert tfapi.first_line(error) == "AttributeError: 'Image' object has no attribute 'x'"
+    assert tfapi.first_line(ValueError("one\ntwo")) == "one"

@@ -109,4 +109,11 @@ def is_stateful(op: str) -> bool:
 def first_line(error: Exception) -> str:
     """The first line of a TensorFlow error's message (the rest is a C++ stack or a graph)."""
     text = getattr(error, "message", None) or str(error)
-    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    if lines[0].startswith("Graph execution error") and len(lines) > 1:
+        # the cause is at the end, after the stack of the node it was detected at
+        causes = [line for line in lines if not line.startswith(("[[", "File ", "Detected at"))]
+        return causes[-1] if len(causes) > 1 else lines[-1]
+    return lines[0]
