@@ -215,7 +215,7 @@ def cases(data) -> list[Case]:
         print("Pillow is not installed: the py_function case is left out", file=sys.stderr)
     else:
         found.append(Case("PIL decode in py_function", "demo images", "pil_load",
-                          python_decode, None))
+                          python_decode, None, cached=True))
     for case in found:
         case.examples = {"20,000 lines": len(text), "camera photos": data["photo_count"]}.get(
             case.data, data["image_count"])
