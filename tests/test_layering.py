@@ -60,7 +60,7 @@ TENSORFLOW_FREE = ["tfopt.records", "tfopt.gpu", "tfopt.cli", "tfopt.distribute.
                    "tfopt.data.plan", "tfopt.data.choices", "tfopt.data.service",
                    "tfopt.tune.search", "tfopt.models", "tfopt.analysis.report",
                    "tfopt.analysis.advice", "tfopt.analysis.analyze",
-                   "tfopt.analysis.plot"]
+                   "tfopt.analysis.plot", "tfopt.analysis.optimize"]
 
 
 def module_name(path: Path) -> str:
