@@ -148,13 +148,6 @@ def analyse(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
                     reading is not None and reading.injected_prefetch)
 
 
-def _short_pass(prefix, measured, within: float) -> bool:
-    """Whether ``prefix`` is finite and a pass takes at most ``within`` seconds at the
-    measured rate."""
-    length = int(prefix.cardinality())
-    return length > 0 and measured.rate > 0 and length / measured.rate <= within
-
-
 def _measure(prefix, seconds, stage, tf, measure, tfapi, model=False, shuffled=False):
     """The rate of ``prefix``; with ``model`` the autotuning model (else None); the first
     drain's measurement (exhausted: its ``total`` is one pass); and whether the rate is from
@@ -162,7 +155,7 @@ def _measure(prefix, seconds, stage, tf, measure, tfapi, model=False, shuffled=F
     try:
         iterator = iter(prefix)
         measured = first = measure.drain(iterator, seconds)
-        passes = first.exhausted or (shuffled and _short_pass(prefix, first, 3 * seconds))
+        passes = measure.needs_whole_passes(prefix, first, 3 * seconds if shuffled else 0.0)
         if passes:
             # a short finite prefix: its rate from whole passes, as epochs run them (a window
             # inside a pass of a shuffle is biased; see measure.whole_passes), and TensorFlow's

@@ -92,11 +92,9 @@ def whole_passes(dataset, seconds: float, skip: int = 0,
     buffer fills and then empties it without waiting on its input (a decode-bound pipeline
     measured 2.2x its epoch rate in a window late in the pass).
     """
-    if int(dataset.cardinality()) == tf.data.INFINITE_CARDINALITY:  # no pass ends
-        iterator = iter(dataset)
-        for _ in range(skip):  # what a pass would be is unknown here: drain it for as long
-            drain(iterator, seconds)
-        return drain(iterator, seconds)
+    if int(dataset.cardinality()) == tf.data.INFINITE_CARDINALITY:
+        # no pass ends: drained instead (a caller with a cache to fill gives drain a warm-up)
+        return drain(iter(dataset), seconds)
     for _ in range(skip):
         _to_end(iter(dataset))
     elements, spent = 0, 0.0
@@ -125,10 +123,18 @@ def rate(dataset, seconds: float, whole_passes_within: float = 0.0) -> Measureme
     ended within that time, or where its cardinality is finite and a pass should take at most
     ``whole_passes_within`` seconds at the drained rate (0: only when one ended)."""
     measured = drain(iter(dataset), seconds)
-    if measured.exhausted:
+    if needs_whole_passes(dataset, measured, whole_passes_within):
         return whole_passes(dataset, seconds)
-    if whole_passes_within > 0 and measured.rate > 0:
-        length = int(dataset.cardinality())
-        if length > 0 and length / measured.rate <= whole_passes_within:
-            return whole_passes(dataset, seconds)
     return measured
+
+
+def needs_whole_passes(dataset, drained: Measurement, within: float = 0.0) -> bool:
+    """Whether ``dataset``'s rate should come from whole passes rather than from ``drained``:
+    its pass ended inside the drain, or (``within`` > 0) its cardinality is finite and a pass
+    takes at most ``within`` seconds at the drained rate."""
+    if drained.exhausted:
+        return True
+    if within <= 0 or drained.rate <= 0:
+        return False
+    length = int(dataset.cardinality())
+    return length > 0 and length / drained.rate <= within

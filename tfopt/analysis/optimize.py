@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import tfopt._validate as _validate
 from tfopt.analysis import advice
 from tfopt.analysis.report import PipelineReport, Stage
-from tfopt.errors import UnsupportedDatasetError
+from tfopt.errors import InvalidArgumentError, UnsupportedDatasetError
 
 logger = logging.getLogger("tfopt")
 
@@ -141,8 +141,6 @@ def optimize_with_report(dataset, *, ram_budget: int | None = None, seconds: flo
     seconds = _validate.number(seconds, "seconds", low=0.0, high=3600.0, open_low=True,
                                expected="a number of seconds in (0, 3600]")
     if deterministic not in (None, False, True):
-        from tfopt.errors import InvalidArgumentError
-
         raise InvalidArgumentError(
             f"deterministic={deterministic!r}: expected None (keep the dataset's setting), "
             "True or False")
