@@ -141,8 +141,8 @@ def flip(images):
 def cases(data) -> list[Case]:
     garden, shards = data["garden"], data["shards"]
     garden_parse = parse_decode(("image/encoded", "image/class/label"))
-    tfopt_keys = tfopt_feature_keys(data["shards"])
-    own_parse = parse_decode(tfopt_keys)
+    manifest = tfopt.read_manifest(Path(shards[0]).parent)  # tfopt's shards name their keys
+    own_parse = parse_decode((manifest.image_key, manifest.label_key))
     text, labels, words = data["text"]
     vectorize = keras.layers.TextVectorization(max_tokens=len(words) + 2,
                                                output_sequence_length=64, vocabulary=words)
@@ -220,17 +220,6 @@ def cases(data) -> list[Case]:
         case.examples = {"20,000 lines": len(text), "camera photos": data["photo_count"]}.get(
             case.data, data["image_count"])
     return found
-
-
-def tfopt_feature_keys(shard_files) -> tuple[str, str]:
-    """The image and label keys of tfopt's shards, from one record."""
-    record = next(iter(tf.data.TFRecordDataset(shard_files[:1])))
-    example = tf.train.Example.FromString(record.numpy())
-    keys = list(example.features.feature)
-    image = next(k for k in keys if example.features.feature[k].bytes_list.value
-                 and example.features.feature[k].bytes_list.value[0][:2] == b"\xff\xd8")
-    label = next(k for k in keys if "label" in k and example.features.feature[k].int64_list.value)
-    return image, label
 
 
 # ---- measuring -------------------------------------------------------------------------------
