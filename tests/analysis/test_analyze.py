@@ -228,3 +228,27 @@ def test_bad_arguments_name_the_argument(kwargs, named):
 def test_a_non_dataset_is_named():
     with pytest.raises(InvalidArgumentError, match=r"dataset=\[1, 2\]: expected a tf.data"):
         tfopt.analyze([1, 2])
+
+
+def test_a_stage_the_model_missed_gets_its_size_from_below_and_no_cost_for_a_handoff():
+    # On a busy machine TensorFlow's model sometimes has no node for a batch or a prefetch:
+    # the batch's size is then its input's times the batch, not unknown (unknown let the cache
+    # advice skip it for the stage under it), and a prefetch's prefix rate below its input's
+    # is noise, not a cost (it once made the prefetch the bottleneck and hid the cache)
+    from tfopt.analysis import analyze as analyze_module
+    from tfopt.analysis.graph import GraphStage
+    from tfopt.analysis.model import ModelNode, ModelReading
+
+    found = [GraphStage("work", "ParallelMapDatasetV2", "work", -1, (), False, False, None),
+             GraphStage("batches", "BatchDatasetV2", "batches", None, (), False, False, 8),
+             GraphStage("out", "PrefetchDataset", None, None, (), False, False, None)]
+    work = ModelNode("ParallelMapV2", elements=800, processing_ns=8 * 10**7,
+                     bytes_produced=800 * 4, bytes_buffered=0)
+    reading = ModelReading(output_elements=100, cpu_budget=2, by_stage={"work": work},
+                           fused_into_next=frozenset(), injected_prefetch=False)
+    stages = analyze_module._stages(found, rates=[8000.0, 800.0, 400.0], reading=reading,
+                                    cardinalities=[200, 25, 25], specs=None, cores=2)
+    assert stages[1].bytes_per_element == 32  # 8 elements of 4 bytes
+    assert stages[2].bytes_per_element == 32
+    assert stages[2].self_time_s == 0.0
+    assert stages[1].self_time_s > 0  # a batch without a node still costs what its rates say

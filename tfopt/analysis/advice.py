@@ -27,7 +27,7 @@ PARALLELIZABLE = ("MapDataset", "ParallelMapDataset", "ParallelMapDatasetV2",
                   "BatchDataset", "BatchDatasetV2", "ParallelBatchDataset",
                   "MapAndBatchDataset")
 # Ops that pass elements through at the output and say nothing about prefetching.
-_PASS_THROUGH = ("RepeatDataset", "TakeDataset", "SkipDataset", "AssertCardinalityDataset",
+PASS_THROUGH = ("RepeatDataset", "TakeDataset", "SkipDataset", "AssertCardinalityDataset",
                  "ShardDataset", "FinalizeDataset", "ModelDataset", "MaxIntraOpParallelismDataset",
                  "PrivateThreadPoolDataset", "ThreadPoolDataset")
 NEAR_CEILING = 0.8  # a measured rate at this fraction of the ceiling is near it
@@ -148,7 +148,7 @@ def _cache(stages, cores, plan: Allocation, ram_budget) -> list[Recommendation]:
         return []
     first_random = next((s.index for s in stages if s.random), len(stages))
     for stage in reversed(stages[:first_random]):
-        if stage.op in _PASS_THROUGH or stage.op == "PrefetchDataset":
+        if stage.op in PASS_THROUGH or stage.op == "PrefetchDataset":
             continue
         if stage.op in _IN_MEMORY_SOURCES:
             return []  # in memory already: a cache would copy it
@@ -346,7 +346,7 @@ def ends_in_prefetch(stages) -> bool:
     for stage in reversed(stages):
         if stage.op == "PrefetchDataset":
             return True
-        if stage.op not in _PASS_THROUGH:
+        if stage.op not in PASS_THROUGH:
             return False
     return False
 

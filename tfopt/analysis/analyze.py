@@ -228,6 +228,8 @@ def _spec_facts(spec) -> tuple[int | None, int | None]:
     return (min(sizes) if sizes else None), side
 
 
+# Ops that only hand elements on: no work of their own to time.
+_HANDOFF_OPS = advice.PASS_THROUGH + ("PrefetchDataset",)
 # Ops that hand on one element per element they take (a batch's count is its batch_size).
 _ONE_TO_ONE = ("map", "parallelmap", "shuffle", "prefetch", "cache", "memorycache", "repeat",
                "foreverrepeat", "assertcardinality", "options", "model", "maxintraopparallelism",
@@ -302,6 +304,10 @@ def _stages(found, rates, reading, cardinalities=None, specs=None, ordered=True,
             # the upper stage of a fused pair (a MapAndBatch's batch): the lower one carries it
             if i > 0 and found[i - 1].node in fused:
                 self_time, runtime = 0.0, None
+        elif stage.op in _HANDOFF_OPS:
+            # a prefix rate below the one under it is noise for these (a busy machine): they
+            # only hand elements on, and a cost read from the difference made one the bottleneck
+            self_time = 0.0
         elif rates[i] > 0:  # from prefix rates: what this stage adds per output element
             cost = ratios[i] / rates[i]
             self_time = max(0.0, cost - previous_cost) / ratios[i]
@@ -309,6 +315,10 @@ def _stages(found, rates, reading, cardinalities=None, specs=None, ordered=True,
             previous_cost = ratios[i] / rates[i]
         if size is None and specs:  # no model node (its iterator gone, say): the spec's size
             size = _static_bytes(specs[i])
+        if size is None and stages and stages[-1].bytes_per_element and (
+                stage.op in _HANDOFF_OPS or stage.op in advice.BATCH_OPS):
+            # a batch holds the elements under it; a hand-off stage passes them unchanged
+            size = stages[-1].bytes_per_element * ratios[i - 1] / ratios[i]
         stages.append(Stage(
             index=i, op=stage.op, name=stage.name, parallelism=stage.parallelism,
             runtime_parallelism=runtime, self_time_s=self_time,
