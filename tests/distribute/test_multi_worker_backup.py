@@ -123,10 +123,11 @@ def test_worker_killed_mid_epoch_then_relaunched_resumes_from_the_last_backup(sc
     assert result.exit_code == 128 + signal.SIGKILL and result.failed_worker == 1, lines[-30:]
     assert crashed[1]["epochs"] == [0, 1, 2] and crashed[1]["weights"] is None
     assert crashed[0]["weights"] is None  # stopped by the launcher
-    # the chief's backup of epoch 2, nothing else: no files of worker 1, no half files
+    # the chief's backup of epoch 2 and its fallback, nothing else: no files of worker 1, no
+    # half files
     folder = run / "backup"
-    assert sorted(p.name for p in folder.iterdir()) == ["latest.json",
-                                                        "weights-000002.weights.h5"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "latest.json", "weights-000001.weights.h5", "weights-000002.weights.h5"]
     assert json.loads((folder / "latest.json").read_text())["epoch"] == 2
     assert_chief_alone_writes(crashed, run)
 

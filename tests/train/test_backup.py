@@ -15,6 +15,16 @@ import numpy as np
 import pytest
 
 keras = pytest.importorskip("keras")
+from backup_helpers import (  # noqa: E402
+    Interrupt,
+    Recorder,
+    assert_same_weights,
+    tiny_data,
+    tiny_model,
+    train,
+)
+
+from tfopt._files import sha256_file  # noqa: E402
 from tfopt.errors import InvalidArgumentError, TfoptError  # noqa: E402
 from tfopt.train import backup  # noqa: E402
 from tfopt.train.backup import (  # noqa: E402
@@ -22,18 +32,6 @@ from tfopt.train.backup import (  # noqa: E402
     BestModelCheckpoint,
     backup_callbacks,
 )
-
-
-def tiny_model():
-    keras.utils.set_random_seed(3)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-    model.compile("adam", "mse")
-    return model
-
-
-def tiny_data():
-    rng = np.random.default_rng(0)
-    return rng.random((64, 4), dtype=np.float32), rng.random((64, 1), dtype=np.float32)
 
 
 def test_layout_best_model_and_backup_removed_after_normal_end(tmp_path):
@@ -59,42 +57,27 @@ def test_backup_kept_when_asked(tmp_path):
     # Keras 3.15 quirk: with save_freq in batches the last save came at batch 3 of epoch 0
     # (4 batches, every 2nd saved) and the epoch's end does not save, so a restart would run
     # epoch 0 again from the weights after its 4th batch
-    assert meta == {"epoch": 0, "batch": 3, "weights": "weights-000002.weights.h5",
-                    "generation": 2}
-    # the first backup's weights were deleted once the second was committed
-    assert sorted(p.name for p in (tmp_path / "backup").iterdir()) == [
-        "latest.json", "weights-000002.weights.h5"]
+    folder = tmp_path / "backup"
+    first, second = folder / "weights-000001.weights.h5", folder / "weights-000002.weights.h5"
+    assert meta == {
+        "format": 2, "epoch": 0, "batch": 3, "weights": second.name, "generation": 2,
+        "sha256": sha256_file(second), "size": second.stat().st_size,
+        # the backup it falls back to, kept until a newer one is committed
+        "previous": {"epoch": 0, "batch": 1, "weights": first.name, "generation": 1,
+                     "sha256": sha256_file(first), "size": first.stat().st_size}}
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "latest.json", first.name, second.name]
 
 
-class Recorder(keras.callbacks.Callback):
-    """Records the epochs run; raises ``Interrupt`` at the start of epoch ``stop_at``."""
-
-    def __init__(self, stop_at=None):
-        super().__init__()
-        self.epochs, self.stop_at = [], stop_at
-
-    def on_epoch_begin(self, epoch, logs=None):
-        if epoch == self.stop_at:
-            raise Interrupt(f"stopped at epoch {epoch}")
-        self.epochs.append(epoch)
-
-
-class Interrupt(Exception):
-    pass
-
-
-def train(callbacks, epochs=4):
-    """4 epochs of 4 batches, no shuffling: the same weights every time in one process."""
-    x, y = tiny_data()
-    model = tiny_model()
-    model.fit(x, y, batch_size=16, epochs=epochs, shuffle=False, verbose=0,
-              callbacks=callbacks)
-    return model
-
-
-def assert_same_weights(got, want):
-    for a, b in zip(got.get_weights(), want.get_weights(), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+def test_a_backup_in_batches_of_a_resumed_fit_records_the_epoch_it_is_in(tmp_path):
+    with pytest.raises(Interrupt):
+        train([*backup_callbacks(tmp_path, monitor="loss"), Recorder(stop_at=2)])
+    # resumed at epoch 2 (its third), stopped before its end: the backups came mid-epoch 2
+    with pytest.raises(Interrupt):
+        train([*backup_callbacks(tmp_path, monitor="loss", save_freq=2), Recorder(stop_at=3)])
+    meta = json.loads((tmp_path / "backup" / "latest.json").read_text())
+    assert (meta["epoch"], meta["batch"]) == (2, 3)  # Keras's own callback records epoch 0
+    assert (meta["previous"]["epoch"], meta["previous"]["batch"]) == (2, 1)
 
 
 def failing_weights_save(monkeypatch, at_call):
@@ -147,13 +130,15 @@ def test_interrupted_backup_leaves_the_previous_one_and_the_restart_resumes_from
             train([*backup_callbacks(run, monitor="loss"), recorder])
     assert recorder.epochs == [0, 1, 2]
     folder = run / "backup"
-    # the backup of epoch 2 is intact and whole; the interrupted write left only a temp file
-    # or an unnamed weights file behind
+    # the backup of epoch 2 is intact and whole, with epoch 1's as its fallback; the
+    # interrupted write left only a temp file or an unnamed weights file behind
     meta = json.loads((folder / "latest.json").read_text())
     assert meta["epoch"] == 2 and meta["weights"] == "weights-000002.weights.h5"
+    assert meta["previous"]["weights"] == "weights-000001.weights.h5"
     names = {p.name for p in folder.iterdir()}
-    assert {"latest.json", "weights-000002.weights.h5"} <= names
-    leftovers = names - {"latest.json", "weights-000002.weights.h5"}
+    backup_files = {"latest.json", "weights-000001.weights.h5", "weights-000002.weights.h5"}
+    assert backup_files <= names
+    leftovers = names - backup_files
     # (a raise, unlike a kill, lets the temporary weights file be deleted)
     assert all(name.startswith(".tmp-") or name == "weights-000003.weights.h5"
                for name in leftovers)
@@ -169,9 +154,10 @@ def test_interrupted_backup_leaves_the_previous_one_and_the_restart_resumes_from
     model = train([*backup_callbacks(run, monitor="loss", delete_backup=False), recorder])
     assert recorder.epochs == [2, 3]  # resumed at epoch 3 of 4
     assert_same_weights(model, reference)
-    # the leftovers of the interrupted backup were swept by the next one
-    assert sorted(p.name for p in folder.iterdir()) == ["latest.json",
-                                                          "weights-000004.weights.h5"]
+    # the leftovers of the interrupted backup were swept by the next one; the backup of
+    # epoch 3 is kept as the fallback of epoch 4's
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "latest.json", "weights-000003.weights.h5", "weights-000004.weights.h5"]
 
 
 def test_a_backup_of_keras_backup_and_restore_is_restored_and_replaced(tmp_path):
@@ -186,8 +172,9 @@ def test_a_backup_of_keras_backup_and_restore_is_restored_and_replaced(tmp_path)
     model = train([*backup_callbacks(run, monitor="loss", delete_backup=False), recorder])
     assert recorder.epochs == [2, 3]
     assert_same_weights(model, reference)
+    # the Keras files went with the first backup written here
     assert sorted(p.name for p in (run / "backup").iterdir()) == [
-        "latest.json", "weights-000002.weights.h5"]
+        "latest.json", "weights-000001.weights.h5", "weights-000002.weights.h5"]
 
 
 def test_a_backup_naming_missing_weights_is_an_error_not_a_fresh_start(tmp_path):

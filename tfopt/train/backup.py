@@ -1,14 +1,19 @@
-"""Training that survives a crash: atomic, multi-worker-safe backups and a best-model checkpoint.
+"""Training that survives a crash: atomic, checksummed, multi-worker-safe backups and a
+best-model checkpoint.
 
 Layout under ``directory``::
 
-    backup/latest.json                    {"epoch", "batch", "weights", "generation"}: the
-                                          backup; names the weights file that goes with it
+    backup/latest.json                    the backup's record: epoch, batch, the weights file
+                                          it names with its SHA-256 and size, and the same
+                                          for the previous backup (its fallback); the format
+                                          is in :mod:`tfopt.train.backup_records`
     backup/weights-000007.weights.h5      model + optimizer state of that backup
+    backup/weights-000006.weights.h5      the previous backup's
     best.keras                            the best model so far by ``monitor``
     best.json                             {"monitor", "value", "epoch"} of best.keras
 
-``backup/`` is deleted when fit() ends normally (unless ``delete_backup=False``).
+``backup/`` is deleted when fit() ends normally (unless ``delete_backup=False``): the files
+of the backup, and the folder if nothing else is in it.
 
 What Keras 3.15's ``BackupAndRestore`` and ``ModelCheckpoint`` lack and this adds:
 
@@ -16,11 +21,25 @@ What Keras 3.15's ``BackupAndRestore`` and ``ModelCheckpoint`` lack and this add
    place: a kill mid-write leaves half a file that fails the restart, and a kill between the two
    pairs new weights with the old epoch. Here every file is written under a temporary name
    (``.tmp-...``) in the same folder, fsynced and renamed; each backup's weights go to a new
-   file, then ``latest.json``, which names them, is replaced atomically (the commit point), and
-   only then the previous weights are deleted. Whenever the process dies, ``latest.json`` names
-   a complete weights file of the same step. ``best.keras`` and ``best.json`` are written the
-   same way (``best.json`` after ``best.keras``, so it never names a model that was not saved).
-2. Several workers (``MultiWorkerMirroredStrategy``). Keras makes every worker write the same
+   file, whose SHA-256 is taken from the disk, then ``latest.json``, which names them, is
+   replaced atomically (the commit point), and only then the weights of the backup before the
+   previous one are deleted. Whenever the process dies, ``latest.json`` names a complete
+   weights file of the same step. ``best.keras`` and ``best.json`` are written the same way
+   (``best.json`` after ``best.keras``, so it never names a model that was not saved).
+   Taking the hash reads each weights file back once per backup.
+2. Checked restores. Keras loads whatever ``latest.weights.h5`` holds: flipped bytes resume
+   with NaN weights and no warning, a truncated file raises h5py's ``OSError``. Here the
+   weights are checked against their record's size and SHA-256 before they are loaded; a
+   damaged, missing or unloadable newest backup falls back to the previous one (a warning
+   names the file), and when neither is good the fit stops with one :class:`TfoptError` line
+   that names the folder and what to do. A backup of more epochs than the fit runs stops it
+   too (it is another training's, and Keras would run no epoch and delete it); one of exactly
+   the fit's epochs is a finished training's, and a warning says so. A backup of an earlier
+   tfopt (no checksums) or of plain Keras is restored with a warning that it is unverified.
+   Only files the backup accounts for are ever deleted: weights files no record names (its
+   ``latest.json`` was deleted, say) are not restored, not deleted and not overwritten (new
+   backups take higher numbers), with a warning naming them.
+3. Several workers (``MultiWorkerMirroredStrategy``). Keras makes every worker write the same
    files and every worker delete the folder at the end. Here only the chief writes and deletes
    (the strategy's ``extended.should_checkpoint``: task "chief", else worker 0). The other
    workers still make the same save call, into a private temporary folder deleted right after,
@@ -29,7 +48,7 @@ What Keras 3.15's ``BackupAndRestore`` and ``ModelCheckpoint`` lack and this add
    skipped it would leave the chief waiting. After a restart every worker restores from the
    chief's ``backup/``, so the folder must be on a file system all workers share (on one
    machine it is). Workers hold identical weights, so the chief's backup is everyone's.
-3. The best value survives a restart: ``ModelCheckpoint`` forgets it and would overwrite
+4. The best value survives a restart: ``ModelCheckpoint`` forgets it and would overwrite
    ``best.keras`` with the next epoch's model even if it is worse; the checkpoint here reads
    ``best.json`` back. From :func:`backup_callbacks` only when there is a backup to resume: a
    new run in the folder of a finished one (no backup left) tracks its own best from scratch,
@@ -71,9 +90,23 @@ from pathlib import Path
 
 import keras
 
-from tfopt._files import atomic_path
+from tfopt._files import atomic_path, sha256_file
 from tfopt._validate import whole_number
 from tfopt.errors import InvalidArgumentError, TfoptError
+from tfopt.train.backup_records import (
+    BACKUP_INFO_FILE,
+    KERAS_INFO_FILE,
+    TEMP_PREFIX,
+    WEIGHTS_SUFFIX,
+    BackupFolder,
+    BackupRecord,
+    latest_json,
+    read_backup_folder,
+    start_afresh_hint,
+    temporary_files,
+    weights_file_name,
+    weights_problem,
+)
 
 logger = logging.getLogger("tfopt")
 
@@ -82,15 +115,6 @@ __all__ = ["AtomicBackupAndRestore", "BestModelCheckpoint", "backup_callbacks"]
 BACKUP_FOLDER = "backup"
 BEST_MODEL_FILE = "best.keras"
 BEST_INFO_FILE = "best.json"
-BACKUP_INFO_FILE = "latest.json"
-# a file being written: never read, deleted by the next backup
-TEMP_PREFIX = ".tmp-"
-_WEIGHTS_PREFIX, _WEIGHTS_SUFFIX = "weights-", ".weights.h5"
-# what keras.callbacks.BackupAndRestore writes (".bkp" with double_checkpoint=True)
-KERAS_WEIGHTS_FILE = "latest.weights.h5"
-KERAS_INFO_FILE = "training_metadata.json"
-_KERAS_FILES = (KERAS_WEIGHTS_FILE, KERAS_INFO_FILE, f"{KERAS_WEIGHTS_FILE}.bkp",
-                f"{KERAS_INFO_FILE}.bkp")
 
 
 def _write_json_atomically(path: Path, data: dict) -> None:
@@ -133,20 +157,23 @@ def _is_chief(model) -> bool:
 
 
 class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
-    """Keras ``BackupAndRestore`` with atomic backups, written by the chief worker alone.
+    """Keras ``BackupAndRestore`` with atomic, checksummed backups, written by the chief alone.
 
     Same arguments and resumption as Keras's callback (the module docstring lists the
-    differences); ``double_checkpoint`` is not offered since a backup is never half-written.
+    differences); ``double_checkpoint`` is not offered: a backup is never half-written, and the
+    previous one is kept as a fallback until a newer one is complete.
 
     Args:
         backup_dir: The folder of the backup (created when missing). Under several workers, on
             a file system they all share.
         save_freq: "epoch", or a number of batches between backups. Defaults to "epoch".
-        delete_checkpoint: Delete ``backup_dir`` when fit() ends normally. Defaults to True.
+        delete_checkpoint: Delete the backup when fit() ends normally (the folder too, unless
+            it holds files that are not the backup's). Defaults to True.
 
     Raises:
-        TfoptError: (at the start of fit) ``latest.json`` is unreadable or names a weights file
-            that is missing; the folder was damaged from outside.
+        TfoptError: (at the start of fit) a record file is unreadable or malformed; no backup
+            in the folder can be restored (every weights file is missing, damaged or does not
+            load); or the backup is of more epochs than this fit runs.
 
     Example:
         >>> model.fit(ds, epochs=10, callbacks=[AtomicBackupAndRestore("run1/backup")])
@@ -156,42 +183,22 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         super().__init__(str(backup_dir), save_freq=save_freq,
                          delete_checkpoint=delete_checkpoint)
         self.folder = Path(backup_dir)
-        self._generation = 0  # of the backup in the folder; each backup's weights are new
+        self._next_generation = 1  # each backup's weights get a new name, above every file's
+        self._kept: BackupRecord | None = None  # the backup a new one falls back to
+        self._backup_files: set[str] = set()  # what this callback may delete when superseded
 
     def on_train_begin(self, logs=None):
-        # Keras's version falls back to ".bkp" copies; a backup here is whole or absent
+        # Keras's version falls back to ".bkp" copies; here the fallback is the previous backup
         self._load_model()
 
-    def _read_backup(self) -> tuple[Path | None, int | None, int]:
-        """(weights file, epoch, generation) of the backup in the folder; Nones when none."""
-        info_path = self.folder / BACKUP_INFO_FILE
-        if info_path.exists():
-            try:
-                info = json.loads(info_path.read_text(encoding="utf-8"))
-                name, epoch = info["weights"], int(info["epoch"])
-                generation = int(info.get("generation", 0))
-            except (OSError, ValueError, TypeError, KeyError) as error:
-                raise TfoptError(
-                    f"{info_path}: not a backup tfopt wrote ({error!r}). Hint: delete "
-                    f"{self.folder} to start training from scratch.") from None
-            weights = self.folder / str(name)
-            if Path(str(name)).name != name or not weights.is_file():
-                raise TfoptError(
-                    f"{info_path} names the weights file {name!r}, which is not in "
-                    f"{self.folder}. Hint: delete {self.folder} to start from scratch.")
-            return weights, epoch, generation
-        # a backup of keras.callbacks.BackupAndRestore, read as Keras reads it
-        weights = self.folder / KERAS_WEIGHTS_FILE
-        keras_info = self.folder / KERAS_INFO_FILE
-        epoch = None
-        if keras_info.exists():
-            epoch = int(json.loads(keras_info.read_text(encoding="utf-8"))["epoch"])
-        return (weights if weights.exists() else None), epoch, 0
+    def on_epoch_begin(self, epoch, logs=None):
+        # Keras's callback counts epochs from 0 in each process, so a backup in batches
+        # during a resumed fit's first epoch would record epoch 0 with later weights
+        self._current_epoch = epoch
 
     def has_backup(self) -> bool:
         """Whether the folder holds a backup to resume (this layout's or plain Keras's)."""
-        weights, epoch, _ = self._read_backup()
-        return weights is not None or epoch is not None
+        return bool(read_backup_folder(self.folder).candidates)
 
     def _load_model(self):
         if not self.model.built:
@@ -199,53 +206,119 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                 "To use the BackupAndRestore callback, your model must be built before you "
                 f"call fit(). Model {self.model} is unbuilt. Hint: call it on a batch of "
                 "data, or give it an Input.")
-        weights, epoch, self._generation = self._read_backup()
-        if weights is not None:
-            if self.model.optimizer is not None and not self.model.optimizer.built:
-                # the optimizer's variables must exist to receive their saved values
-                self.model.optimizer.build(self.model.trainable_variables)
-            self.model.load_weights(str(weights))
-        if epoch is not None:
-            self.model._initial_epoch = epoch  # what Keras's own callback sets
+        state = read_backup_folder(self.folder)
+        self._next_generation = state.next_generation
+        self._backup_files = state.backup_files
+        self._kept = None
+        if state.orphans:
+            logger.warning(
+                "%s: %s: no backup record names %s (its record was lost, or a deletion was "
+                "cut short): not restored, and left in place", self.folder,
+                ", ".join(state.orphans), "it" if len(state.orphans) == 1 else "them")
+        if state.candidates:
+            self._restore(state)
+
+    def _restore(self, state: BackupFolder) -> None:
+        """Load the newest backup whose weights pass their check, else stop with one line."""
+        planned = (self.params or {}).get("epochs")
+        problems = []
+        for record in state.candidates:
+            if planned is not None and record.epoch > planned:
+                # another training's backup: restoring it would run no epoch and delete it
+                raise TfoptError(
+                    f"{state.info_file}: the backup was taken after {record.epoch} epochs, "
+                    f"more than the {planned} this fit runs. Hint: fit with "
+                    f"epochs={record.epoch} or more to continue that training, or delete "
+                    f"{self.folder} to start from scratch.")
+            problem = weights_problem(self.folder, record) or self._load_weights(record)
+            if problem is None:
+                self._restored(state, record, problems, planned)
+                return
+            problems.append(f"{record.weights} {problem}")
+            logger.warning("%s: %s", self.folder / record.weights, problem)
+        raise TfoptError(
+            f"{self.folder}: no backup in it can be restored: {'; '.join(problems)}. "
+            f"{start_afresh_hint(self.folder)}")
+
+    def _load_weights(self, record: BackupRecord) -> str | None:
+        if self.model.optimizer is not None and not self.model.optimizer.built:
+            # the optimizer's variables must exist to receive their saved values
+            self.model.optimizer.build(self.model.trainable_variables)
+        try:
+            self.model.load_weights(str(self.folder / record.weights))
+        except (OSError, ValueError) as error:  # h5py's truncated file, a different model
+            first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            return f"cannot be loaded ({type(error).__name__}: {first_line})"
+        return None
+
+    def _restored(self, state: BackupFolder, record: BackupRecord, problems: list[str],
+                  planned: int | None) -> None:
+        if problems:
+            logger.warning("%s: restored the previous backup (%s, after %d epochs) instead",
+                           self.folder, record.weights, record.epoch)
+        if not record.verified:
+            logger.warning(
+                "%s: restored unverified: %s records no checksum (written by %s)",
+                self.folder / record.weights, state.info_file.name,
+                "keras.callbacks.BackupAndRestore" if state.keras
+                else "a tfopt from before backups carried checksums")
+        # a plain Keras backup is replaced, not kept, by the first backup written here
+        self._kept = None if state.keras else record
+        self.model._initial_epoch = record.epoch  # what Keras's own callback sets
+        if planned is not None and record.epoch == planned:
+            logger.warning(
+                "%s: the backup was taken after the last of the %d epochs: that training "
+                "had finished, so this fit runs no epoch and the model holds its final "
+                "weights%s", self.folder, planned,
+                "; the backup is deleted at the end, as after any finished fit"
+                if self.delete_checkpoint else "")
+        else:
             logger.info("restored the backup in %s: training resumes at epoch %d",
-                        self.folder, epoch + 1)
+                        self.folder, record.epoch + 1)
 
     def _save_model(self):
         if not _is_chief(self.model):
-            _save_and_discard(self.model.save_weights, f"backup{_WEIGHTS_SUFFIX}")
+            _save_and_discard(self.model.save_weights, f"backup{WEIGHTS_SUFFIX}")
             return
-        generation = self._generation + 1
-        name = f"{_WEIGHTS_PREFIX}{generation:06d}{_WEIGHTS_SUFFIX}"
+        generation = self._next_generation
+        name = weights_file_name(generation)
+        path = self.folder / name
         # the new weights under a new name: latest.json still names the previous ones
-        _save_atomically(self.model.save_weights, self.folder / name)
-        # the commit point: from here the backup is the new one
-        _write_json_atomically(self.folder / BACKUP_INFO_FILE, {
-            "epoch": self._current_epoch, "batch": self._last_batch_seen, "weights": name,
-            "generation": generation,
-        })
-        self._generation = generation
-        self._delete_stale(keep=name)
+        _save_atomically(self.model.save_weights, path)
+        record = BackupRecord(name, self._current_epoch, self._last_batch_seen, generation,
+                              sha256_file(path), path.stat().st_size)
+        # the commit point: from here the backup is the new one, the last one its fallback
+        previous = self._kept
+        _write_json_atomically(self.folder / BACKUP_INFO_FILE, latest_json(record, previous))
+        self._kept, self._next_generation = record, generation + 1
+        keep = {name} if previous is None else {name, previous.weights}
+        self._delete(self._backup_files - keep)
+        self._backup_files = keep
 
-    def _delete_stale(self, keep: str) -> None:
-        """Delete the weights of earlier backups, files left by an interrupted backup and a
-        plain Keras backup: everything of this callback's but ``latest.json`` and ``keep``."""
-        for path in self.folder.iterdir():
-            name = path.name
-            ours = name.startswith(TEMP_PREFIX) or name in _KERAS_FILES or (
-                name.startswith(_WEIGHTS_PREFIX) and name.endswith(_WEIGHTS_SUFFIX))
-            if ours and name != keep and path.is_file():
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
+    def _delete(self, names) -> None:
+        """Delete these files of the backup's and its half-written ones; nothing else."""
+        paths = [self.folder / name for name in names] + temporary_files(self.folder)
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
 
     def on_train_end(self, logs=None):
         if not (self.delete_checkpoint and _is_chief(self.model) and self.folder.exists()):
             return
-        # the backup files first: a deletion cut short must not leave a backup that names
+        # the record files first: a deletion cut short must not leave a backup that names
         # deleted weights, nor one that would restart a finished training
         for name in (BACKUP_INFO_FILE, KERAS_INFO_FILE):
-            with contextlib.suppress(FileNotFoundError):
-                (self.folder / name).unlink()
-        shutil.rmtree(self.folder, ignore_errors=True)
+            if name == BACKUP_INFO_FILE or name in self._backup_files:
+                with contextlib.suppress(FileNotFoundError):
+                    (self.folder / name).unlink()
+        self._delete(self._backup_files)
+        self._backup_files = set()
+        try:
+            self.folder.rmdir()
+        except OSError:  # files that are not the backup's: never deleted
+            left = sorted(path.name for path in self.folder.iterdir())
+            logger.warning("%s: kept after the backup was deleted: it holds %s, not the "
+                           "backup's", self.folder, ", ".join(left))
 
 
 def _previous(path: Path, number: int) -> Path:

@@ -1,0 +1,266 @@
+"""What a backup folder holds, read and checked without Keras: the backup's records, the check
+of its weights against the checksums they record, and which files are the backup's.
+
+``latest.json``, format 2 (written last and atomically, after its weights)::
+
+    {"format": 2, "epoch": 7, "batch": 0, "weights": "weights-000007.weights.h5",
+     "generation": 7, "sha256": "<hex>", "size": 51234,
+     "previous": {"epoch": 6, "batch": 0, "weights": "weights-000006.weights.h5",
+                  "generation": 6, "sha256": "<hex>", "size": 51234}}
+
+``previous`` is the backup before this one, kept so that a damaged newest weights file has a
+good one to fall back to (``null`` for the first backup). Format 1 (tfopt before checksums, no
+``format`` key) has only ``epoch``, ``batch``, ``weights`` and ``generation``: its weights are
+restored unverified. Format 2 keeps those four keys' meaning, so format 1's reader still
+restores a format 2 backup.
+
+The files a backup may delete are those it can account for: the weights its records name, the
+weights file of a save cut short after its last record (generation + 1), its own temporary
+files, and the files of a plain Keras backup it restored. Any other weights file (its record
+was deleted, or it was copied in) is an orphan: never restored, never deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from tfopt._files import sha256_file
+from tfopt._validate import is_int
+from tfopt.errors import TfoptError
+
+BACKUP_INFO_FILE = "latest.json"
+FORMAT = 2
+# a file being written: never read, deleted by the next backup
+TEMP_PREFIX = ".tmp-"
+WEIGHTS_PREFIX, WEIGHTS_SUFFIX = "weights-", ".weights.h5"
+_WEIGHTS_NAME = re.compile(rf"{re.escape(WEIGHTS_PREFIX)}(\d+){re.escape(WEIGHTS_SUFFIX)}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+# what keras.callbacks.BackupAndRestore writes (".bkp" with double_checkpoint=True)
+KERAS_WEIGHTS_FILE = "latest.weights.h5"
+KERAS_INFO_FILE = "training_metadata.json"
+KERAS_FILES = (KERAS_WEIGHTS_FILE, KERAS_INFO_FILE, f"{KERAS_WEIGHTS_FILE}.bkp",
+               f"{KERAS_INFO_FILE}.bkp")
+
+
+def weights_file_name(generation: int) -> str:
+    return f"{WEIGHTS_PREFIX}{generation:06d}{WEIGHTS_SUFFIX}"
+
+
+def start_afresh_hint(folder: Path) -> str:
+    return (f"Hint: delete {folder} to start training from scratch (the best model beside "
+            "it is kept).")
+
+
+@dataclass(frozen=True)
+class BackupRecord:
+    """One backup: its weights file (a name in the folder) and the training state it holds.
+
+    ``epoch`` is the number of epochs finished (the epoch a resumed fit starts at), ``batch``
+    the last batch seen in it. ``sha256`` and ``size`` are None for a backup written without
+    them (format 1, plain Keras): such weights are restored unverified.
+    """
+
+    weights: str
+    epoch: int
+    batch: int = 0
+    generation: int = 0
+    sha256: str | None = None
+    size: int | None = None
+
+    @property
+    def verified(self) -> bool:
+        return self.sha256 is not None
+
+    def to_json(self) -> dict:
+        return {"epoch": self.epoch, "batch": self.batch, "weights": self.weights,
+                "generation": self.generation, "sha256": self.sha256, "size": self.size}
+
+
+def latest_json(record: BackupRecord, previous: BackupRecord | None) -> dict:
+    """The contents of ``latest.json`` for ``record``, with the backup it falls back to."""
+    return {"format": FORMAT, **record.to_json(),
+            "previous": previous.to_json() if previous is not None else None}
+
+
+@dataclass(frozen=True)
+class BackupFolder:
+    """A backup folder as read at the start of a fit.
+
+    Attributes:
+        path: The folder.
+        info_file: The record file read (``latest.json`` or Keras's
+            ``training_metadata.json``); None when the folder holds no backup.
+        candidates: The backups to try, newest first (the backup, then its previous one).
+        keras: The backup is a plain Keras one.
+        orphans: Weights files no record accounts for; left alone.
+        interrupted: The weights file of a save cut short before its record, or None.
+        next_generation: The generation of the next backup's weights, above every weights
+            file in the folder, so that no save ever replaces an orphan.
+    """
+
+    path: Path
+    info_file: Path | None
+    candidates: tuple[BackupRecord, ...]
+    keras: bool
+    orphans: tuple[str, ...]
+    interrupted: str | None
+    next_generation: int
+
+    @property
+    def backup_files(self) -> set[str]:
+        """The files of the backup: deleted once a newer backup supersedes them."""
+        names = {record.weights for record in self.candidates}
+        if self.keras:
+            names.update(KERAS_FILES)
+        if self.interrupted is not None:
+            names.add(self.interrupted)
+        return names
+
+
+def read_backup_folder(folder: Path) -> BackupFolder:
+    """Read the records of the backup in ``folder`` (which may be missing); no weights read.
+
+    Raises:
+        TfoptError: a record file is unreadable, not JSON, or a key holds a value tfopt never
+            writes; the message names the file, the key, the value and what was expected.
+    """
+    latest = folder / BACKUP_INFO_FILE
+    keras_info, keras_weights = folder / KERAS_INFO_FILE, folder / KERAS_WEIGHTS_FILE
+    info_file: Path | None = None
+    candidates: tuple[BackupRecord, ...] = ()
+    keras = False
+    if latest.exists():
+        info_file, candidates = latest, _read_latest(latest, folder)
+    elif keras_info.exists() or keras_weights.exists():
+        keras = True
+        info_file = keras_info if keras_info.exists() else keras_weights
+        candidates = (_read_keras(folder),)
+    generations = {}
+    if folder.is_dir():
+        for path in folder.iterdir():
+            match = _WEIGHTS_NAME.fullmatch(path.name)
+            if match and path.is_file():
+                generations[path.name] = int(match.group(1))
+    named = {record.weights for record in candidates}
+    top = max((record.generation for record in candidates), default=0)
+    interrupted = None
+    if not keras and candidates and weights_file_name(top + 1) in generations:
+        interrupted = weights_file_name(top + 1)
+    orphans = tuple(sorted(name for name in generations
+                           if name not in named and name != interrupted))
+    if not keras and latest.exists() and keras_weights.exists():
+        orphans = (*orphans, KERAS_WEIGHTS_FILE)  # a Keras backup beside this one's
+    next_generation = max([top, *(generations[name] for name in orphans
+                                  if name in generations)]) + 1
+    return BackupFolder(folder, info_file, candidates, keras, orphans, interrupted,
+                        next_generation)
+
+
+def _load_json(path: Path, folder: Path, expected: str):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise TfoptError(f"{path}: cannot be read ({error.strerror or error}). "
+                         f"{start_afresh_hint(folder)}") from None
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+        raise TfoptError(f"{path}: not JSON ({error}); expected {expected}. "
+                         f"{start_afresh_hint(folder)}") from None
+
+
+def _read_latest(path: Path, folder: Path) -> tuple[BackupRecord, ...]:
+    expected = "the backup record tfopt writes"
+    info = _load_json(path, folder, expected)
+    if not isinstance(info, dict):
+        raise TfoptError(f"{path}: holds a JSON {type(info).__name__}; expected {expected} "
+                         f"(an object). {start_afresh_hint(folder)}")
+    version = info.get("format", 1)
+    if not is_int(version) or not 1 <= version <= FORMAT:
+        raise TfoptError(f"{path}: format={version!r}: expected 1 to {FORMAT} (a later format "
+                         f"is a newer tfopt's). {start_afresh_hint(folder)}")
+    checked = version >= 2
+    record = _record(info, path, folder, checked, "")
+    previous = info.get("previous")
+    if previous is None:
+        return (record,)
+    if not isinstance(previous, dict):
+        raise TfoptError(f"{path}: previous={previous!r}: expected a backup record (an "
+                         f"object) or null. {start_afresh_hint(folder)}")
+    # a format 1 backup restored, then superseded, is the first format 2 backup's fallback
+    previous_checked = checked and not (previous.get("sha256") is None
+                                        and previous.get("size") is None)
+    return record, _record(previous, path, folder, previous_checked, "previous.")
+
+
+def _record(info: dict, path: Path, folder: Path, checked: bool, where: str) -> BackupRecord:
+    def fail(key: str, expected: str):
+        shown = repr(info[key]) if key in info else "missing"
+        return TfoptError(f"{path}: {where}{key}={shown}: expected {expected}. "
+                          f"{start_afresh_hint(folder)}")
+
+    def count(key: str, default: int | None = None) -> int:
+        value = info.get(key, default)
+        if not is_int(value) or value < 0:
+            raise fail(key, "an integer >= 0")
+        return int(value)
+
+    name = info.get("weights")
+    if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name:
+        raise fail("weights", f"the name of a weights file in {folder}")
+    sha256 = size = None
+    if checked:
+        sha256 = info.get("sha256")
+        if not isinstance(sha256, str) or not _SHA256.fullmatch(sha256):
+            raise fail("sha256", "the weights file's SHA-256 (64 lowercase hex digits)")
+        size = count("size")
+    return BackupRecord(name, count("epoch"), count("batch", 0), count("generation", 0),
+                        sha256, size)
+
+
+def _read_keras(folder: Path) -> BackupRecord:
+    """The backup of ``keras.callbacks.BackupAndRestore``, read as Keras reads it: the epoch
+    from its metadata when present (else the fit's own initial epoch)."""
+    path = folder / KERAS_INFO_FILE
+    if not path.exists():
+        return BackupRecord(KERAS_WEIGHTS_FILE, 0)
+    expected = 'Keras BackupAndRestore\'s metadata, like {"epoch": 3, "batch": 0}'
+    info = _load_json(path, folder, expected)
+    epoch = info.get("epoch") if isinstance(info, dict) else None
+    if not is_int(epoch) or epoch < 0:
+        shown = f"epoch={epoch!r}" if isinstance(info, dict) else f"a JSON {type(info).__name__}"
+        raise TfoptError(f"{path}: {shown}: expected {expected} (epoch an integer >= 0). "
+                         f"{start_afresh_hint(folder)}")
+    batch = info.get("batch", 0)
+    return BackupRecord(KERAS_WEIGHTS_FILE, int(epoch), int(batch) if is_int(batch) else 0)
+
+
+def weights_problem(folder: Path, record: BackupRecord) -> str | None:
+    """What is wrong with ``record``'s weights file, in words; None when it can be loaded
+    (as far as its record can tell: an unverified one only has to be there)."""
+    path = folder / record.weights
+    try:
+        if not path.is_file():
+            return "is missing"
+        if not record.verified:
+            return None
+        size = path.stat().st_size
+        if record.size is not None and size != record.size:
+            return (f"has {size} bytes where {record.size} were written (truncated or "
+                    "overwritten)")
+        if sha256_file(path) != record.sha256:
+            return "is damaged: its SHA-256 is not the one recorded when it was written"
+    except OSError as error:
+        return f"cannot be read ({error.strerror or error})"
+    return None
+
+
+def temporary_files(folder: Path) -> list[Path]:
+    """The backup's own files left half-written by a save cut short."""
+    if not folder.is_dir():
+        return []
+    return [path for path in folder.iterdir()
+            if path.name.startswith(TEMP_PREFIX) and path.is_file()
+            and (path.name == f"{TEMP_PREFIX}{BACKUP_INFO_FILE}"
+                 or _WEIGHTS_NAME.fullmatch(path.name[len(TEMP_PREFIX):]))]
