@@ -8,10 +8,13 @@ import zlib
 import numpy as np
 import pytest
 from conftest import GIF_1X1, encode_bmp, encode_jpeg, encode_png, random_pixels
+from hostile_images_helpers import handmade_jpeg
 
 from tfopt.records.image_header import (
     ImageFormat,
+    JpegFrame,
     image_size,
+    jpeg_frame,
     jpeg_structure,
     png_problem,
     sniff_format,
@@ -182,3 +185,59 @@ def test_png_check_rejects_every_png_the_decoder_rejects(tf):
         if not decodes and png_problem(data) is None:
             missed.append(trial)
     assert missed == []
+
+
+def test_the_frame_header_gives_type_precision_size_and_components():
+    assert jpeg_frame(handmade_jpeg(640, 480)) == JpegFrame(0xC0, 8, 480, 640, 3)
+    assert jpeg_frame(handmade_jpeg(7, 9, components=1, marker=0xC3, precision=12)) == JpegFrame(
+        0xC3, 12, 9, 7, 1)
+    with pytest.raises(ValueError, match="0xffc8"):  # libjpeg stops on the reserved marker
+        jpeg_frame(handmade_jpeg(16, 16, extra=b"\xff\xc8\x00\x04ab"))
+
+
+@pytest.mark.parametrize("jpeg, reason", [
+    (handmade_jpeg(16, 16, precision=12), "12-bit JPEG: TensorFlow decodes 8-bit JPEGs only"),
+    (handmade_jpeg(16, 16, precision=16), "sample precision 16 bits"),
+    (handmade_jpeg(16, 16, marker=0xC3), "lossless JPEG (SOF3, marker 0xffc3)"),
+    (handmade_jpeg(16, 16, marker=0xC5), "hierarchical (differential sequential) JPEG (SOF5"),
+    (handmade_jpeg(16, 16, marker=0xC6), "(SOF6"),
+    (handmade_jpeg(16, 16, marker=0xC7), "hierarchical lossless JPEG (SOF7"),
+    (handmade_jpeg(16, 16, marker=0xCB), "lossless arithmetic-coded JPEG (SOF11"),
+    (handmade_jpeg(16, 16, marker=0xCD), "(SOF13"),
+    (handmade_jpeg(16, 16, marker=0xCE), "(SOF14"),
+    (handmade_jpeg(16, 16, marker=0xCF), "(SOF15"),
+    (handmade_jpeg(16, 16, extra=b"\xff\xc8\x00\x04ab"), "reserved marker 0xffc8 (JPG) at byte 3"),
+    (handmade_jpeg(65501, 8, components=1), "sides of at most 65,500 px"),
+    # 12 blocks per MCU: libjpeg's "Sampling factors too large for interleaved scan"
+    (handmade_jpeg(32, 32, sampling=(0x22, 0x22, 0x22)), "more than 10 blocks per MCU"),
+    # luma 3x1 beside chroma 2x1: "Fractional sampling not implemented yet"
+    (handmade_jpeg(32, 32, sampling=(0x31, 0x21, 0x11)), "sampling factors 3x1, 2x1, 1x1"),
+])
+def test_the_walk_rejects_what_tensorflows_decoder_cannot_read(jpeg, reason):
+    """tests/records/test_image_limits.py has TensorFlow refuse each of these."""
+    assert reason in jpeg_structure(jpeg).problem
+
+
+@pytest.mark.parametrize("jpeg", [
+    handmade_jpeg(16, 16), handmade_jpeg(16, 16, marker=0xC1), handmade_jpeg(65500, 8, components=1),
+    handmade_jpeg(32, 32, sampling=(0x22, 0x11, 0x11)), handmade_jpeg(32, 32, sampling=(0x22, 0x22, 0x11)),
+    handmade_jpeg(48, 16, sampling=(0x31, 0x11, 0x11)),
+])
+def test_frames_tensorflow_reads_pass_the_walk(jpeg):
+    structure = jpeg_structure(jpeg)
+    assert structure.problem is None and not structure.needs_decode
+
+
+def test_arithmetic_coded_jpegs_are_left_to_a_decode():
+    """libjpeg-turbo reads SOF9 and SOF10; the walk does not judge their scans (no Huffman
+    tables needed) and asks for a decode."""
+    undefined_huffman = bytearray(handmade_jpeg(16, 16, marker=0xC9))
+    scan = undefined_huffman.index(b"\xff\xda")
+    undefined_huffman[scan + 6] = 0x23  # component 1 names DC table 2, AC table 3
+    for jpeg in (handmade_jpeg(16, 16, marker=0xC9), handmade_jpeg(16, 16, marker=0xCA),
+                 bytes(undefined_huffman)):
+        structure = jpeg_structure(jpeg)
+        assert structure.problem is None and structure.arithmetic and structure.needs_decode
+    baseline = bytearray(handmade_jpeg(16, 16))
+    baseline[baseline.index(b"\xff\xda") + 6] = 0x23
+    assert "DC Huffman table 2 is used, never defined" in jpeg_structure(bytes(baseline)).problem

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from tfopt.cli._common import ByteSize, echo_json, human_bytes, needs_tensorflow, table
+from tfopt.records.image_limits import DEFAULT_MAX_PIXELS
 from tfopt.records.manifest import MANIFEST_NAME
 
 _INT64_MAX = (1 << 63) - 1  # TensorFlow's take() counts records in int64
@@ -73,6 +74,11 @@ def demo_data(dst, count, classes, seed, kind, min_size, max_size, workers, over
               help="Shard-writing processes [default: all cores].")
 @click.option("--max-size", type=int, help="Downscale images whose longer side exceeds this.")
 @click.option("--quality", default=90, show_default=True, help="JPEG quality of downscaled images.")
+@click.option("--max-pixels", type=click.IntRange(min=1), default=DEFAULT_MAX_PIXELS,
+              show_default=True,
+              help="Refuse images of more pixels (height x width) than this, read from the "
+                   "header before decoding; the default is the largest RGB JPEG TensorFlow "
+                   "decodes whole.")
 @click.option("--check", type=click.Choice(["structure", "decode"]), default="structure",
               show_default=True,
               help="JPEG check: every marker to the end (fast) or a decode at 1/8 scale.")

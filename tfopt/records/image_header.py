@@ -41,6 +41,24 @@ _SIGNATURES = (
 # JPEG start-of-frame markers (baseline, progressive, lossless, arithmetic...) carry the size.
 # 0xC4 (DHT), 0xC8 (JPG) and 0xCC (DAC) share the range but are not frames.
 _JPEG_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+# The frames TensorFlow's decoder reads: it is built on libjpeg-turbo 2.1 (TensorFlow 2.21's
+# bundled headers say 2.1.4), which stops with "Unsupported JPEG process: SOF type 0x.." on
+# every other frame type and on the reserved 0xC8 (JPG) marker.
+_DECODABLE_FRAMES = {0xC0: "baseline", 0xC1: "extended sequential", 0xC2: "progressive",
+                     0xC9: "arithmetic-coded sequential", 0xCA: "arithmetic-coded progressive"}
+_UNDECODABLE_FRAMES = {0xC3: "lossless", 0xC5: "hierarchical (differential sequential)",
+                       0xC6: "hierarchical (differential progressive)",
+                       0xC7: "hierarchical lossless", 0xCB: "lossless arithmetic-coded",
+                       0xCD: "hierarchical arithmetic-coded sequential",
+                       0xCE: "hierarchical arithmetic-coded progressive",
+                       0xCF: "hierarchical lossless arithmetic-coded"}
+_PROGRESSIVE_FRAMES = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
+_ARITHMETIC_FRAMES = frozenset({0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
+_JPEG_EXTENSION_MARKER = 0xC8  # JPG, reserved for extensions: libjpeg stops on it
+# libjpeg's JPEG_MAX_DIMENSION: "Maximum supported image dimension is 65500 pixels"
+JPEG_MAX_SIDE = 65500
+# libjpeg's D_MAX_BLOCKS_IN_MCU: the 8x8 blocks one MCU of an interleaved scan may hold
+_JPEG_MAX_BLOCKS_IN_MCU = 10
 # Markers that stand alone, without a length field.
 _JPEG_STANDALONE = frozenset(range(0xD0, 0xD8)) | {0x01, 0xD8}
 
@@ -69,7 +87,8 @@ def image_size(data: bytes, image_format: ImageFormat | None = None) -> tuple[in
     image_format = image_format or sniff_format(data)
     try:
         if image_format is ImageFormat.JPEG:
-            return _jpeg_size(data)
+            frame = jpeg_frame(data)
+            return frame.height, frame.width
         if image_format is ImageFormat.PNG:
             if data[12:16] != b"IHDR":
                 raise ValueError("PNG without an IHDR chunk")
@@ -90,7 +109,32 @@ def image_size(data: bytes, image_format: ImageFormat | None = None) -> tuple[in
     raise ValueError("not a JPEG, PNG, GIF or BMP image")
 
 
-def _jpeg_size(data: bytes) -> tuple[int, int]:
+@dataclasses.dataclass(frozen=True)
+class JpegFrame:
+    """The fields of a JPEG's frame header (its start-of-frame segment).
+
+    Attributes:
+        marker: The start-of-frame marker, 0xC0 (baseline) to 0xCF.
+        precision: Bits per sample: 8 in nearly every JPEG, 12 or 16 in medical and raw ones.
+        height: Rows.
+        width: Columns.
+        components: Colour components: 1 (grey), 3 (YCbCr, RGB) or 4 (CMYK, YCCK).
+    """
+
+    marker: int
+    precision: int
+    height: int
+    width: int
+    components: int
+
+
+def jpeg_frame(data: bytes) -> JpegFrame:
+    """The frame header of a JPEG, found by walking its markers up to it.
+
+    Raises:
+        ValueError: The header is cut short or malformed, or a marker TensorFlow's decoder
+            stops on comes first.
+    """
     position = 2  # after the SOI marker FF D8
     end = len(data)
     while position + 4 <= end:
@@ -103,14 +147,39 @@ def _jpeg_size(data: bytes) -> tuple[int, int]:
         if marker in _JPEG_STANDALONE:
             position += 2
             continue
+        if marker == _JPEG_EXTENSION_MARKER:
+            raise ValueError(f"the reserved marker 0xffc8 (JPG) at byte {position + 1}: TensorFlow's "
+                             "decoder stops on it")
         (length,) = struct.unpack(">H", data[position + 2 : position + 4])
         if marker in _JPEG_SOF_MARKERS:
-            if position + 9 > end:
+            if position + 10 > end:
                 break
-            height, width = struct.unpack(">HH", data[position + 5 : position + 9])
-            return height, width
+            precision, height, width, components = struct.unpack(
+                ">BHHB", data[position + 4 : position + 10])
+            return JpegFrame(marker, precision, height, width, components)
         position += 2 + length
     raise ValueError("JPEG header ends before its frame size (truncated file?)")
+
+
+def jpeg_frame_problem(marker: int, precision: int, height: int, width: int) -> str | None:
+    """Why TensorFlow's decoder refuses a JPEG with this frame header, or None.
+
+    Its frame type (lossless and hierarchical JPEGs are not read), its precision (8 bits only:
+    the library is built for 8-bit samples) and its sides (65,500 px at most); the decoded size
+    is judged apart (:mod:`tfopt.records.image_limits`).
+    """
+    if marker in _UNDECODABLE_FRAMES:
+        return (f"{_UNDECODABLE_FRAMES[marker]} JPEG (SOF{marker - 0xC0}, marker 0xff{marker:02x}): "
+                "TensorFlow's decoder reads baseline, extended, progressive and arithmetic-coded "
+                "JPEGs only")
+    if precision == 12:
+        return "12-bit JPEG: TensorFlow decodes 8-bit JPEGs only"
+    if precision != 8:
+        return f"sample precision {precision} bits: TensorFlow decodes 8-bit JPEGs only"
+    if max(height, width) > JPEG_MAX_SIDE:
+        return (f"{width}x{height} px: TensorFlow's JPEG decoder reads sides of at most "
+                f"{JPEG_MAX_SIDE:,} px")
+    return None
 
 
 # Segment markers that may follow a scan (progressive and multi-scan JPEGs): tables, restart
@@ -126,10 +195,18 @@ class JpegStructure:
         problem: What is wrong, or None when the structure is whole.
         progressive: A progressive (multi-scan) JPEG: the walk cannot vouch for the order of
             its scans, so callers decode it to be sure.
+        arithmetic: An arithmetic-coded JPEG: rare enough that no corpus of damaged ones
+            proved the walk against the decoder, so callers decode it to be sure too.
     """
 
     problem: str | None
     progressive: bool = False
+    arithmetic: bool = False
+
+    @property
+    def needs_decode(self) -> bool:
+        """Whether only a decode can prove the image whole (see the attributes)."""
+        return self.problem is None and (self.progressive or self.arithmetic)
 
 
 def jpeg_structure(data: bytes) -> JpegStructure:
@@ -137,19 +214,22 @@ def jpeg_structure(data: bytes) -> JpegStructure:
 
     This finds what makes TensorFlow's decoder fail on a sequential JPEG (a cut file, an
     unknown marker in the image data, broken segment lengths or tables, tables used but never
-    defined: libjpeg's fatal errors are marker-level, damage inside Huffman data only draws
-    warnings) in ~0.1 ms where a decode at 1/8 scale takes ~0.7 ms (400-px photos here).
+    defined, a frame type, precision or sampling it does not read: libjpeg's fatal errors are
+    marker-level, damage inside Huffman data only draws warnings) in ~0.1 ms where a decode at
+    1/8 scale takes ~0.7 ms (400-px photos here).
     Checked against the decoder: over 3,000 random corruptions of sequential JPEGs it rejected
     every file the decoder rejected; tests/records/test_image_header.py keeps it so.
     """
     state = _JpegWalk()
-    return JpegStructure(state.walk(data), state.progressive)
+    return JpegStructure(state.walk(data), state.progressive, state.arithmetic)
 
 
 class _JpegWalk:
     def __init__(self):
         self.progressive = False
+        self.arithmetic = False
         self.frame_tables: dict[int, int] = {}  # component id -> quantization table
+        self.blocks: dict[int, int] = {}  # component id -> 8x8 blocks it adds to an MCU
         self.quant_tables: set[int] = set()
         # libjpeg-turbo loads the standard tables into slots 0 and 1 when a file defines none
         # (Motion-JPEG frames omit them), so only slots 2 and 3 must be defined by the file
@@ -184,6 +264,9 @@ class _JpegWalk:
             if position + length > end:
                 return "truncated: the file ends inside a segment"
             segment = data[position + 2 : position + length]
+            if marker == _JPEG_EXTENSION_MARKER:
+                return (f"the reserved marker 0xffc8 (JPG) at byte {position - 1}: TensorFlow's "
+                        "decoder stops on it")
             if marker in _JPEG_SOF_MARKERS:
                 if seen_frame:
                     return "a second frame header"
@@ -216,23 +299,37 @@ class _JpegWalk:
             position += length
 
     def _frame(self, segment: bytes, marker: int) -> str | None:
-        """Frame header fields that make libjpeg stop (precision, size, components)."""
+        """Frame header fields that make libjpeg stop (type, precision, size, components,
+        sampling)."""
         if len(segment) < 6:
             return "frame header cut short"
         precision, height, width, count = (segment[0], *struct.unpack(">HH", segment[1:5]),
                                            segment[5])
-        if precision not in (8, 12):
-            return f"unsupported sample precision {precision} bits"
+        problem = jpeg_frame_problem(marker, precision, height, width)
+        if problem:
+            return problem
         if height == 0 or width == 0:
             return f"frame size {height}x{width}"
         if not 1 <= count <= 4 or len(segment) != 6 + 3 * count:
             return f"frame header with {count} components does not fit its length"
+        sampling = {}
         for index in range(count):
-            component, sampling, table = segment[6 + 3 * index : 9 + 3 * index]
-            if not (1 <= sampling >> 4 <= 4 and 1 <= sampling & 15 <= 4) or table > 3:
+            component, factors, table = segment[6 + 3 * index : 9 + 3 * index]
+            if not (1 <= factors >> 4 <= 4 and 1 <= factors & 15 <= 4) or table > 3:
                 return "bad sampling factors or quantization table in the frame header"
             self.frame_tables[component] = table
-        self.progressive = marker in (0xC2, 0xC6, 0xCA, 0xCE)
+            sampling[component] = (factors >> 4, factors & 15)
+        # libjpeg upsamples each component by a whole factor only: "Fractional sampling not
+        # implemented yet" (a 3x2 luma beside a 2x1 chroma, say)
+        most_h = max(h for h, _ in sampling.values())
+        most_v = max(v for _, v in sampling.values())
+        if any(most_h % h or most_v % v for h, v in sampling.values()):
+            factors = ", ".join(f"{h}x{v}" for h, v in sampling.values())
+            return (f"sampling factors {factors}: TensorFlow's decoder upsamples by whole "
+                    "factors only")
+        self.blocks = {component: h * v for component, (h, v) in sampling.items()}
+        self.progressive = marker in _PROGRESSIVE_FRAMES
+        self.arithmetic = marker in _ARITHMETIC_FRAMES
         return None
 
     def _quantization(self, segment: bytes) -> str | None:
@@ -277,14 +374,21 @@ class _JpegWalk:
         count = segment[0]
         if not 1 <= count <= 4 or len(segment) != 4 + 2 * count:
             return f"scan header with {count} components does not fit its length"
+        blocks = 0
         for index in range(count):
             component, tables = segment[1 + 2 * index], segment[2 + 2 * index]
             if component not in self.frame_tables:
                 return f"scan names component {component}, which the frame does not have"
             if self.frame_tables[component] not in self.quant_tables:
                 return f"quantization table {self.frame_tables[component]} is used, never defined"
-            if self.progressive:
-                continue  # which tables a progressive scan needs depends on its pass
+            blocks += self.blocks[component]
+            if count > 1 and blocks > _JPEG_MAX_BLOCKS_IN_MCU:
+                return (f"an interleaved scan of more than {_JPEG_MAX_BLOCKS_IN_MCU} blocks per "
+                        "MCU (sampling factors too large): TensorFlow's decoder refuses it")
+            if self.progressive or self.arithmetic:
+                # which Huffman tables a progressive scan needs depends on its pass; an
+                # arithmetic-coded scan uses none (its conditioning tables have defaults)
+                continue
             for table_class, table in ((0, tables >> 4), (1, tables & 15)):
                 if table not in self.huffman_tables[table_class]:
                     kind = "DC" if table_class == 0 else "AC"

@@ -3,7 +3,11 @@
 With a manifest, every shard's size, SHA-256 and record count are compared with it, every record
 is read (TFRecord CRCs checked), and files the manifest does not list are reported. Without one
 (bare shards from anywhere), record CRCs and counts are checked, and the report says that this is
-all that could be checked. Each problem names the shard and, for a bad record, its index.
+all that could be checked. Where the manifest names an image feature, each record's image is
+judged by its header as ``convert`` judges it today (:mod:`tfopt.records.image_limits`): one
+that TensorFlow refuses to decode, or over the pixel limit the dataset was converted with, in a
+dataset written before those checks existed. Each problem names the shard and, for a bad
+record, its index.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from tfopt._system import usable_cores
 from tfopt._validate import optional_whole_number
 from tfopt.records.format.framing import RecordError, read_records
 from tfopt.records.format.tfrecord import is_gzip, resolve_files
+from tfopt.records.image_limits import record_image_check, recorded_max_pixels
 from tfopt.records.manifest import (
     JOURNAL_NAME,
     MANIFEST_NAME,
@@ -37,6 +42,7 @@ class ProblemKind(str, enum.Enum):
     EXTRA = "extra"  # a file in the folder that the manifest does not list
     DUPLICATE = "duplicate"  # a shard the manifest lists twice: readers would read it twice
     INCOMPLETE = "incomplete"  # an interrupted conversion: journal, no manifest
+    IMAGE = "image"  # a record's image that TensorFlow refuses, or over the pixel limit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,12 +184,16 @@ def verify(path, *, workers: int | None = None, progress: bool | None = False) -
                 what = ("a leftover temporary file of an interrupted write" if is_temp_file(entry)
                         else "not listed in the manifest")
                 problems.append(Problem(str(entry), ProblemKind.EXTRA, what))
+    # each record's image, judged by its header: what convert refuses today, in a dataset
+    # written before it did (a JPEG too large to decode, 12-bit, lossless...)
+    image_check = (record_image_check(manifest.image_key, recorded_max_pixels(manifest.options))
+                   if manifest is not None and manifest.image_key else None)
     workers = workers or usable_cores()
     checked = []
     with Progress(len(jobs), "verify", unit="file",
                   enabled=progress) as bar, \
             concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
-        futures = [pool.submit(_check_file, *job) for job in jobs]
+        futures = [pool.submit(_check_file, *job, image_check) for job in jobs]
         for future in futures:  # in order, so reports are stable
             check, file_problems = future.result()
             checked.append(check)
@@ -192,7 +202,8 @@ def verify(path, *, workers: int | None = None, progress: bool | None = False) -
     return VerifyResult(str(path), manifest is not None, checked, problems, notes)
 
 
-def _check_file(file: Path, expected: ShardInfo | None, compression: str | None):
+def _check_file(file: Path, expected: ShardInfo | None, compression: str | None,
+                image_check=None):
     problems = []
     size = file.stat().st_size
     if expected is not None:
@@ -204,7 +215,13 @@ def _check_file(file: Path, expected: ShardInfo | None, compression: str | None)
             problems.append(Problem(str(file), ProblemKind.CHECKSUM,
                                     f"SHA-256 {digest[:16]}..., the manifest says "
                                     f"{expected.sha256[:16]}..."))
-    count, error = _read_all(file, compression)
+
+    def check_image(index: int, record: bytes) -> None:
+        problem = image_check(record)
+        if problem:
+            problems.append(Problem(str(file), ProblemKind.IMAGE, problem, record=index))
+
+    count, error = _read_all(file, compression, check_image if image_check else None)
     if error is not None:
         problems.append(Problem(str(file), ProblemKind.CORRUPT, error, record=count))
     elif expected is not None and count != expected.num_records:
@@ -213,7 +230,7 @@ def _check_file(file: Path, expected: ShardInfo | None, compression: str | None)
     return ShardCheck(str(file), size, count), problems
 
 
-def _read_all(file: Path, compression: str | None) -> tuple[int, str | None]:
+def _read_all(file: Path, compression: str | None, on_record=None) -> tuple[int, str | None]:
     """Read every record, both CRCs of each checked; return the count of whole records and, at
     the first bad one, the reason.
 
@@ -224,7 +241,9 @@ def _read_all(file: Path, compression: str | None) -> tuple[int, str | None]:
     """
     count = 0
     try:
-        for _ in read_records(file, compression):
+        for record in read_records(file, compression):
+            if on_record is not None:
+                on_record(count, record)
             count += 1
     except RecordError as error:
         return error.index, f"{error.reason}{_LOST if error.kind not in ('gzip', 'trailing') else ''}"

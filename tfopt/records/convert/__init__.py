@@ -93,7 +93,8 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
     skip_bad = options.on_error == OnError.SKIP.value
     workers = options.workers if options.workers is not None else usable_cores()
     scanned = scan_source(src, kind, label=options.label, skip_bad=skip_bad,
-                          max_size=options.max_size, quality=options.quality, check=options.check)
+                          max_size=options.max_size, quality=options.quality, check=options.check,
+                          max_pixels=options.max_pixels)
     _advise_max_size(scanned, options)
     tasks = plan_shards(scanned, options)
     fingerprint = plan_fingerprint(scanned, options, tasks)

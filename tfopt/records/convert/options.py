@@ -21,6 +21,7 @@ from tfopt._validate import (
     whole_number,
 )
 from tfopt.errors import InvalidArgumentError
+from tfopt.records.image_limits import DEFAULT_MAX_PIXELS
 from tfopt.records.manifest import Manifest
 from tfopt.records.sources import SourceKind
 
@@ -69,6 +70,11 @@ class ConvertOptions:
         max_size: Downscale images whose longer side exceeds this (aspect kept, JPEG
             re-encoded at ``quality``). Defaults to None (bytes stored as they are).
         quality: JPEG quality of downscaled images, 1-100. Defaults to 90.
+        max_pixels: Refuse images of more pixels (height x width) than this, judged from the
+            header before anything is decoded: a one-colour 20000x20000 PNG is 1.2 MB on disk,
+            1.2 GB decoded in every epoch. None keeps TensorFlow's own limits alone (which are
+            always applied: see :mod:`tfopt.records.image_limits`). Defaults to 178,956,970,
+            the largest RGB JPEG TensorFlow decodes whole.
         check: How JPEGs are checked: ``"structure"`` walks every marker and segment to the
             end-of-image marker, rejecting what TensorFlow's decoder rejects (truncation,
             unknown markers, broken tables; see :func:`jpeg_structure`) in ~0.1 ms; progressive
@@ -99,6 +105,7 @@ class ConvertOptions:
     workers: int | None = None
     max_size: int | None = None
     quality: int = 90
+    max_pixels: int | None = DEFAULT_MAX_PIXELS
     check: str = ImageCheck.STRUCTURE.value
     on_error: str = OnError.RAISE.value
     overwrite: bool = False
@@ -129,6 +136,9 @@ class ConvertOptions:
             self.max_size, "max_size", 8, "an int >= 8 (pixels), e.g. 320 for 224-px training "
             "crops, or None to store images as they are"))
         set_field("quality", whole_number(self.quality, "quality", 1, maximum=100))
+        set_field("max_pixels", optional_whole_number(
+            self.max_pixels, "max_pixels", 1, "an int >= 1 (pixels per image, height x width), "
+            "or None for TensorFlow's own limits alone"))
         set_field("overwrite", flag(self.overwrite, "overwrite"))
         set_field("resume", flag(self.resume, "resume"))
         if self.overwrite and self.resume:

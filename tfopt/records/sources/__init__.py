@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tfopt.errors import SourceError
+from tfopt.records.image_limits import DEFAULT_MAX_PIXELS
 from tfopt.records.manifest import SkippedItem
 from tfopt.records.schema import FeatureSpec
 
@@ -110,7 +111,7 @@ def detect_kind(src: Path) -> SourceKind:
 
 def scan_source(
     src: Path, kind: SourceKind, *, label: str | None, skip_bad: bool, max_size: int | None = None,
-    quality: int = 90, check: str = "structure",
+    quality: int = 90, check: str = "structure", max_pixels: int | None = DEFAULT_MAX_PIXELS,
 ) -> ScannedSource:
     """Scan ``src`` as ``kind``; see :class:`ScannedSource`.
 
@@ -130,8 +131,10 @@ def scan_source(
     if kind is SourceKind.CSV and not src.is_file():
         raise SourceError(src, "is a folder; a CSV source is a .csv or .tsv file with a header row")
     scanner = _SCANNERS[kind]
+    # the pixel limit is an image folder's setting alone; the other scanners take none
+    image_settings = {"max_pixels": max_pixels} if kind is SourceKind.IMAGES else {}
     return scanner(src.resolve(), label=label, skip_bad=skip_bad,
-                   max_size=max_size, quality=quality, check=check)
+                   max_size=max_size, quality=quality, check=check, **image_settings)
 
 
 def open_reader(kind: SourceKind, config: dict) -> Callable[[object], dict]:

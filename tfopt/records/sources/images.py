@@ -1,6 +1,8 @@
 """Image folders, ``SRC/<class>/<image>``: one record per image, its class folder the label.
 
-JPEGs are checked by their structure (``check="structure"``) or decoded at 1/8 scale
+Each image is first judged by its header (:mod:`tfopt.records.image_limits`): what TensorFlow
+refuses to decode, or more pixels than ``max_pixels``, is refused before anything is decoded.
+JPEGs are then checked by their structure (``check="structure"``) or decoded at 1/8 scale
 (``"decode"``); PNGs by their chunks and the exact size of their inflated data (or decoded with
 ``"decode"``); GIF, BMP and progressive JPEGs are decoded; images beyond ``max_size`` are
 downscaled and re-encoded as JPEG. Only decoding imports TensorFlow, in the process that meets
@@ -31,6 +33,7 @@ from tfopt.records.image_header import (
     png_problem,
     sniff_format,
 )
+from tfopt.records.image_limits import DEFAULT_MAX_PIXELS, header_problem
 from tfopt.records.manifest import SkippedItem
 from tfopt.records.schema import (
     IMAGE_FILENAME_KEY,
@@ -48,7 +51,8 @@ from tfopt.records.sources import BadItem, ScannedSource, SourceKind
 logger = logging.getLogger("tfopt")
 
 
-def scan_images(src: Path, *, label, skip_bad, max_size, quality, check) -> ScannedSource:
+def scan_images(src: Path, *, label, skip_bad, max_size, quality, check,
+                max_pixels=DEFAULT_MAX_PIXELS) -> ScannedSource:
     if label is not None:
         raise InvalidArgumentError(
             f"label {label!r}: the labels of an image folder come from its class folders; "
@@ -120,7 +124,7 @@ def scan_images(src: Path, *, label, skip_bad, max_size, quality, check) -> Scan
         features=features, class_names=[entry.name for entry in class_dirs],
         image_key=IMAGE_KEY, label_key=LABEL_KEY, skipped=skipped,
         reader_config={"root": str(src), "max_size": max_size, "quality": quality,
-                       "check": check},
+                       "check": check, "max_pixels": max_pixels},
         content_stamp=stamp.hexdigest(),
     )
 
@@ -196,6 +200,7 @@ def image_reader(config: dict):
     max_size = config["max_size"]
     quality = config["quality"]
     check = config["check"]
+    max_pixels = config["max_pixels"]
 
     def read(item) -> dict:
         relative, label = item
@@ -213,6 +218,10 @@ def image_reader(config: dict):
             height, width = image_size(data, image_format)
         except ValueError as error:
             raise BadItem(str(path), f"malformed {image_format.value} header: {error}") from None
+        # from the header, before any decode or inflate: a refused image costs no memory
+        problem = header_problem(data, image_format, height, width, max_pixels=max_pixels)
+        if problem:
+            raise BadItem(str(path), problem)
         try:
             if max_size and max(height, width) > max_size:
                 data, height, width = _downscale(_tensorflow(path, "downscaling"), data, max_size, quality)
@@ -222,9 +231,9 @@ def image_reader(config: dict):
                 if structure.problem:
                     raise BadItem(str(path),
                                   f"cannot be decoded, truncated or corrupt ({structure.problem})")
-                if structure.progressive:  # the walk cannot vouch for its scans: decode
-                    _check_decodes(_tensorflow(path, "a progressive JPEG"), data,
-                                   image_format, height, width)
+                if structure.needs_decode:  # the walk cannot vouch for its scans: decode
+                    why = "a progressive JPEG" if structure.progressive else "an arithmetic-coded JPEG"
+                    _check_decodes(_tensorflow(path, why), data, image_format, height, width)
             elif image_format is ImageFormat.PNG and check == "structure":
                 problem = png_problem(data)
                 if problem:
