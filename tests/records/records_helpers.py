@@ -121,3 +121,46 @@ def write_csv_source(folder: Path) -> Path:
                      f"{['a', 'b', 'c'][row % 3]}")
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+# Run as `python -c KILL_DURING_SWAP PHASE MOVES tfopt-args...`: tfopt's CLI in a process that
+# SIGKILLs itself when convert --overwrite's swap has moved MOVES files, old ones out of the
+# dataset folder (PHASE "old-out") or new ones into it ("new-in"): a kill -9 at that moment,
+# with the files on disk exactly as the swap's renames leave them.
+KILL_DURING_SWAP = '''
+import os, runpy, signal, sys
+from pathlib import Path
+
+phase, moves = sys.argv[1], int(sys.argv[2])
+sys.argv = ["tfopt", *sys.argv[3:]]
+real_replace, moved = os.replace, []
+
+
+def replace(source, target, *args, **kwargs):
+    source, target = Path(source), Path(target)
+    swapped = (target.parent.name.endswith(".tfopt-old") if phase == "old-out"
+               else source.parent.name.endswith(".tfopt-new") and source.parent != target.parent)
+    if swapped:
+        if len(moved) == moves:
+            os.kill(os.getpid(), signal.SIGKILL)
+        moved.append(source.name)
+    return real_replace(source, target, *args, **kwargs)
+
+
+os.replace = replace
+runpy.run_module("tfopt", run_name="__main__", alter_sys=True)
+'''
+
+
+def kill_overwrite_during_swap(src: Path, dst: Path, phase: str, moves: int, *options: str):
+    """``tfopt convert SRC DST --overwrite OPTIONS`` killed with SIGKILL in its swap (see
+    ``KILL_DURING_SWAP``); returns the finished process, asserted killed."""
+    import subprocess
+    import sys
+
+    process = subprocess.run(
+        [sys.executable, "-c", KILL_DURING_SWAP, phase, str(moves), "convert", str(src),
+         str(dst), "--overwrite", "--workers", "1", "-q", *options],
+        capture_output=True, text=True, timeout=120)
+    assert process.returncode == -9, process.stderr  # killed, not finished or failed
+    return process

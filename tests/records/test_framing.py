@@ -13,7 +13,13 @@ import pytest
 
 import tfopt.records.format.framing as framing
 from tfopt.errors import TfoptError
-from tfopt.records.format.framing import RecordError, RecordWriter, count_records, read_records
+from tfopt.records.format.framing import (
+    RecordError,
+    RecordWriter,
+    count_framed_records,
+    count_records,
+    read_records,
+)
 
 
 def _records():
@@ -104,6 +110,34 @@ def test_damage_is_named_with_its_record(tmp_path):
     header[0] ^= 1  # the first length
     path.write_bytes(bytes(header))
     assert (_error(path).index, _error(path).kind) == (0, "crc")
+
+
+def test_counting_from_the_headers_finds_what_a_full_read_finds_but_data_damage(tmp_path):
+    records = _records()
+    path = _write(tmp_path / "a.tfrecord", records)
+    assert count_framed_records(path) == len(records)
+    whole = path.read_bytes()
+    second = 12 + len(records[0]) + 4
+    flipped = bytearray(whole)
+    flipped[second + 12 + 5] ^= 1  # record 1's data: only its CRC shows it, not read here
+    path.write_bytes(bytes(flipped))
+    assert count_framed_records(path) == len(records)
+    flipped[second + 2] ^= 1  # record 1's length
+    path.write_bytes(bytes(flipped))
+    with pytest.raises(RecordError) as damaged:
+        count_framed_records(path)
+    assert (damaged.value.index, damaged.value.offset, damaged.value.kind) == (1, second, "crc")
+    length = struct.pack("<Q", 1 << 36)
+    path.write_bytes(whole[:second] + length + struct.pack("<I", framing.masked_crc32c(length))
+                     + whole[second + 12:])  # the file keeps its size
+    with pytest.raises(RecordError) as overlong:
+        count_framed_records(path)
+    assert (overlong.value.index, overlong.value.kind) == (1, "truncated")
+    assert f"{1 << 36:,} bytes" in overlong.value.reason
+    path.write_bytes(whole + b"12345")  # fewer bytes than a header end the file, as for TF
+    assert count_framed_records(path) == len(records)
+    path.write_bytes(b"")
+    assert count_framed_records(path) == 0
 
 
 def test_a_gzip_stream_cut_short_is_named(tmp_path):

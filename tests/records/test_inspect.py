@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from conftest import encode_jpeg, encode_png, random_pixels, small_image_dataset
+from records_helpers import kill_overwrite_during_swap
 
 import tfopt
 
@@ -97,3 +101,32 @@ def test_records_that_are_not_examples_are_refused(tmp_path, tf):
 def test_bad_arguments_are_named_before_anything_is_read(tmp_path, arguments, message):
     with pytest.raises(tfopt.InvalidArgumentError, match=message):
         tfopt.inspect(tmp_path / "nothing-here", **arguments)
+
+
+def test_a_dataset_half_swapped_by_a_kill_9_is_refused_until_a_convert_puts_it_back(tmp_path):
+    src = tmp_path / "images"
+    tfopt.make_demo_data(src, count=30, classes=3, min_size=32, max_size=40, workers=1)
+    out = tmp_path / "out"
+    tfopt.convert(src, out, workers=1, shards=4, seed=1)
+    # killed once the old manifest and one old shard have left the folder: 3 shards are left
+    kill_overwrite_during_swap(src, out, "old-out", 2, "--shards", "2", "--seed", "2")
+    assert sorted(path.name for path in out.iterdir()) == [
+        f"train-0000{index}-of-00004.tfrecord" for index in (1, 2, 3)]
+
+    def inspect_cli():
+        return subprocess.run([sys.executable, "-m", "tfopt", "inspect", str(out)],
+                              capture_output=True, text=True, timeout=120)
+
+    refused = inspect_cli()
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.startswith(
+        f"tfopt: error: {out}: incomplete dataset: a 'tfopt convert --overwrite' was killed "
+        "while it replaced the dataset here: 2 of the old dataset's files")
+    assert "3 still here" in refused.stderr and "--resume" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    # any convert into the folder, one refused for its options included, puts the old one back
+    with pytest.raises(tfopt.OutputExistsError, match="interrupted --overwrite"):
+        tfopt.convert(src, out, workers=1, shards=2, seed=2)
+    shown = inspect_cli()
+    assert shown.returncode == 0, shown.stderr
+    assert "records: 30" in shown.stdout and "train 30 in 4 shards" in shown.stdout

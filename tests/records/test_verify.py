@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import os
+import struct
+import subprocess
+import sys
+
 import pytest
 from conftest import small_image_dataset
+from records_helpers import kill_overwrite_during_swap
 
 import tfopt
+from tfopt.records.format.framing import masked_crc32c
 from tfopt.records.manifest import MANIFEST_NAME
 
 
@@ -60,14 +68,17 @@ def test_missing_shard_and_unknown_files(dataset):
 
 
 def test_wrong_count_in_manifest_is_reported(dataset):
-    import json
-
     path = dataset / MANIFEST_NAME
     data = json.loads(path.read_text())
+    # one more record than the shard holds, the totals edited to match: only the shard shows it
     data["splits"]["train"]["shards"][0]["num_records"] += 1
+    data["splits"]["train"]["num_records"] += 1
+    data["totals"]["num_records"] += 1
     path.write_text(json.dumps(data))
     result = tfopt.verify(dataset)
     assert [p.kind.value for p in result.problems] == ["count"]
+    assert result.problems[0].detail.endswith(
+        f"records, the manifest says {data['splits']['train']['shards'][0]['num_records']}")
 
 
 def test_bare_shards_without_manifest_get_crc_and_count_checks_and_say_so(dataset):
@@ -107,3 +118,64 @@ def test_bad_workers_are_named_before_anything_is_read(tmp_path, workers):
     with pytest.raises(tfopt.InvalidArgumentError,
                        match=r"^workers=.*: expected an int >= 1, or None for all usable cores"):
         tfopt.verify(tmp_path / "nothing-here", workers=workers)
+
+
+def _tfopt(*arguments):
+    return subprocess.run([sys.executable, "-m", "tfopt", *map(str, arguments)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_dataset_half_swapped_by_a_kill_9_fails_verify_until_a_convert_finishes_it(tmp_path):
+    src = tmp_path / "images"
+    tfopt.make_demo_data(src, count=40, classes=4, min_size=32, max_size=40, workers=1)
+    out = tmp_path / "out"
+    tfopt.convert(src, out, workers=1, shards=3, seed=1)
+    # the new dataset: 6 shards, killed once 4 of them are in the dataset folder
+    kill_overwrite_during_swap(src, out, "new-in", 4, "--shards", "6", "--seed", "2")
+    assert not (out / MANIFEST_NAME).exists() and len(list(out.glob("*.tfrecord"))) == 4
+    checked = _tfopt("verify", out)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    problem = next(line for line in checked.stdout.splitlines() if line.startswith("PROBLEM"))
+    assert problem.startswith(f"PROBLEM {out}: incomplete: a 'tfopt convert --overwrite' was "
+                              "killed while it replaced the dataset here")
+    assert "4 of the new dataset's shard(s) are here and 2 still in" in problem
+    assert f"'tfopt convert SOURCE {out} --resume'" in problem
+    assert "OK" not in checked.stdout and "Traceback" not in checked.stderr
+    as_json = json.loads(_tfopt("verify", out, "--json").stdout)
+    assert not as_json["ok"] and as_json["problems"][0]["kind"] == "incomplete"
+    finished = _tfopt("convert", src, out, "--resume", "--workers", "1", "-q", "--shards", "6",
+                      "--seed", "2")
+    assert finished.returncode == 0, finished.stderr
+    assert _tfopt("verify", out).returncode == 0
+    assert tfopt.read_manifest(out).options["seed"] == 2
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0,
+                    reason="root reads a file whatever its permissions")
+def test_an_unreadable_shard_is_a_problem_line_naming_it(dataset):
+    shard = dataset / "train-00001-of-00003.tfrecord"
+    shard.chmod(0)
+    try:
+        result = tfopt.verify(dataset)
+        checked = _tfopt("verify", dataset)
+        inspected = _tfopt("inspect", dataset)
+    finally:
+        shard.chmod(0o644)
+    assert _kinds(result) == [("unreadable", shard.name, None)]
+    assert "Permission denied" in result.problems[0].detail
+    assert checked.returncode == 1 and "Traceback" not in checked.stderr
+    assert f"PROBLEM {shard}: unreadable: cannot be read (Permission denied)" in checked.stdout
+    assert inspected.returncode == 1
+    assert inspected.stderr.startswith(f"tfopt: error: {shard}: cannot be read (Permission denied)")
+
+
+def test_a_first_header_with_an_overlong_length_is_a_corrupt_record_not_a_crash(dataset):
+    shard = dataset / "train-00000-of-00003.tfrecord"
+    length = struct.pack("<Q", 2**36)
+    data = bytearray(shard.read_bytes())
+    data[:12] = length + struct.pack("<I", masked_crc32c(length))  # the size stays
+    shard.write_bytes(bytes(data))
+    checked = _tfopt("verify", dataset)
+    assert checked.returncode == 1, checked.stderr  # was 139, a segmentation fault
+    assert (f"PROBLEM {shard} record 0: corrupt: truncated record: its length says "
+            f"{2**36:,} bytes") in checked.stdout

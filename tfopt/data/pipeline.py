@@ -42,6 +42,7 @@ from tfopt.data.plan import (
     plan,
     stall_advice,
 )
+from tfopt.data.shard_check import read_limits
 from tfopt.data.source import ParsedFeature, PipelineSource, resolve_source
 from tfopt.distribute.cluster import cluster_info
 from tfopt.records.format.tfrecord import tf_compression_type
@@ -129,6 +130,9 @@ class PipelineBuilder:
         self.source: PipelineSource = resolve_source(
             source, split=config.split, image_key=config.image_key, label_key=config.label_key,
             training=config.training)
+        # records to read per shard: headers checked against the file sizes before TensorFlow
+        # reads a shard (its reader allocates a damaged length: a segmentation fault)
+        self._read_limits = read_limits(self.source, skip_corrupt=config.skip_corrupt)
         # shard index -> records it lost to corruption under skip_corrupt, from its latest
         # read: set, not added to, so that repeated epochs and read-ahead do not count them
         # again. A Python dict, not a tf.Variable: built under a distribution strategy's scope
@@ -238,7 +242,8 @@ class PipelineBuilder:
         expected = [source.expected_counts.get(f, -1) if source.expected_counts else -1
                     for f in source.files]
         files = tf.data.Dataset.from_tensor_slices(
-            (source.files, tf.constant(expected, tf.int64), tf.range(len(source.files))),
+            (source.files, tf.constant(expected, tf.int64), tf.range(len(source.files)),
+             tf.constant(self._read_limits, tf.int64)),
             name="files")
         # tfopt shards the file list itself instead of leaving it to tf.data's FILE auto-shard
         # policy, which refuses the pipeline: the per-image seed counter (``enumerate``) is a
@@ -253,8 +258,9 @@ class PipelineBuilder:
         note_lost, skip = self._note_lost, plan.skip_corrupt
         count_block = plan.count_block
 
-        def read_file(path, expected_count, index):
-            reader = tf.data.TFRecordDataset(path, compression)
+        def read_file(path, expected_count, index, limit):
+            # take(limit) stops before a damaged header (shard_check); -1 reads all
+            reader = tf.data.TFRecordDataset(path, compression).take(limit)
             if not counted:
                 return reader.ignore_errors() if skip else reader
             # Read past errors, then compare the count with the manifest at the end of the
@@ -276,11 +282,16 @@ class PipelineBuilder:
                         at_end, lambda: tf.py_function(note_lost, [index, missing], tf.int64),
                         lambda: missing)
                 else:
+                    # more records than the manifest says is no damage of a record: the file
+                    # is another shard (found before reading for plain shards, by shard_check)
+                    why = tf.where(missing < 0, "more records than that: not the shard the "
+                                   "manifest lists; run 'tfopt verify' on the dataset",
+                                   "a corrupted or truncated record; run 'tfopt verify' on the "
+                                   "dataset, or build the pipeline with skip_corrupt=True")
                     checked = tf.debugging.Assert(
                         tf.logical_or(tf.logical_not(at_end), tf.equal(missing, 0)),
-                        ["tfopt: shard", path, "has", expected_count, "records but only", total,
-                         "could be read: a corrupted or truncated record; run 'tfopt verify' "
-                         "on the dataset, or build the pipeline with skip_corrupt=True"])
+                        ["tfopt: shard", path, "should hold", expected_count, "records "
+                         "(its manifest says),", total, "could be read:", why])
                 with tf.control_dependencies([checked]):
                     return total, tf.identity(block)
 

@@ -131,6 +131,15 @@ def resolve_source(source, *, split: str | None = None, image_key: str | None = 
         tfopt.DatasetError: No files, an incomplete dataset, or an unknown split.
         tfopt.InvalidArgumentError: ``image_key`` or ``label_key`` is not a feature.
     """
+    try:
+        return _resolve(source, split, image_key, label_key, training)
+    except OSError as error:  # a shard that cannot be opened or read (permissions, I/O)
+        raise DatasetError(f"{error.filename or source}: cannot be read "
+                           f"({error.strerror or error}); make it readable, or leave it out of "
+                           "the dataset") from None
+
+
+def _resolve(source, split, image_key, label_key, training) -> PipelineSource:
     manifest, files, folder = _files_of(source, split, training)
     compression = detect_compression([Path(f) for f in files], manifest)
     # a corrupted record is the pipeline's to report (naming its shard), not the sampler's
@@ -216,7 +225,16 @@ def _files_of(source, split, training) -> tuple[Manifest | None, list[str], Path
         split = "train" if training or "validation" not in manifest.splits else "validation"
     if split not in manifest.splits:
         raise DatasetError(f"{path}: no split {split!r}; it has: {', '.join(manifest.splits)}")
-    return manifest, [str(path / shard.file) for shard in manifest.splits[split].shards], path
+    shards = manifest.splits[split].shards
+    if not any(shard.num_records for shard in shards):  # no batch, no schema sample, no steps
+        what = (f"has no shards in its {MANIFEST_NAME}" if not shards
+                else f"holds no records in its {len(shards)} shard(s)")
+        others = [f"{name!r} ({info.num_records:,} records)"
+                  for name, info in manifest.splits.items() if info.num_records]
+        raise DatasetError(f"{path}: split {split!r} {what}: nothing to read; "
+                           + (f"choose another split: {', '.join(others)}" if others
+                              else "the dataset holds no records"))
+    return manifest, [str(path / shard.file) for shard in shards], path
 
 
 def _with_manifest(files: list[str]) -> tuple[Manifest | None, list[str], Path | None]:

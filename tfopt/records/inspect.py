@@ -29,7 +29,7 @@ from tfopt.records.format.schema_sample import (
     sample_schema,
 )
 from tfopt.records.format.tfrecord import detect_compression, manifest_listing, resolve_files
-from tfopt.records.manifest import Manifest
+from tfopt.records.manifest import MANIFEST_NAME, Manifest, interrupted_swap
 from tfopt.records.schema import Encoding
 
 _FILES_SHOWN = 20  # a per-file table longer than this buries the schema; --json has them all
@@ -170,6 +170,21 @@ def inspect(path, *, fast: bool = False, sample: int = 64,
     # take(0) reads nothing and take(-1) everything: both would mislead, so refuse them here
     sample = whole_number(sample, "sample", 1, "an int >= 1 (records), e.g. 64")
     fast = flag(fast, "fast")
+    folder = Path(str(path))
+    if folder.name == MANIFEST_NAME and folder.is_file():
+        folder = folder.parent
+    swap = interrupted_swap(folder) if folder.is_dir() else None
+    if swap is not None:  # its shards would pass for a dataset of their own
+        raise DatasetError(f"{folder}: incomplete dataset: {swap}")
+    try:
+        return _inspect(path, fast, sample, progress)
+    except OSError as error:  # a shard that cannot be opened or read (permissions, I/O)
+        raise DatasetError(f"{error.filename or path}: cannot be read "
+                           f"({error.strerror or error}); make it readable, or leave it out"
+                           ) from None
+
+
+def _inspect(path, fast: bool, sample: int, progress) -> InspectResult:
     files, manifest, notes = resolve_files(path)  # a folder's: its TFRecord files only
     if manifest is None and not Path(str(path)).is_dir():
         owner, folder = manifest_listing(files)

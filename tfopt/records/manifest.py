@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tfopt._files import atomic_write_bytes
 from tfopt.errors import DatasetError
-from tfopt.records.schema import FeatureSpec
+from tfopt.records.schema import FeatureKind, FeatureSpec
 
 MANIFEST_NAME = "manifest.json"
 FORMAT_VERSION = 1
@@ -25,6 +25,8 @@ JOURNAL_NAME = ".tfopt-convert-journal.jsonl"
 # files during the swap at the end.
 STAGING_SUFFIX = ".tfopt-new"
 OLD_SUFFIX = ".tfopt-old"
+# In the old folder during the swap: every old file has left DST, and new shards may follow.
+ALL_MOVED_MARKER = ".tfopt-all-moved"
 
 
 def swap_folder(folder, suffix: str) -> Path:
@@ -56,6 +58,9 @@ class ShardInfo:
                 raise TypeError(f"shard {name}={value!r}: expected {kind.__name__}")
         if Path(self.file).name != self.file or self.file in ("", ".", ".."):
             raise ValueError(f"shard file={self.file!r}: expected a file name in the dataset folder")
+        for name in ("num_records", "num_bytes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"shard {name}={getattr(self, name)}: expected an int >= 0")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,6 +197,76 @@ def write_manifest(folder: Path, manifest: Manifest) -> Path:
 # foreign file gets a message naming the key instead of a TypeError from deep in from_json.
 _REQUIRED_KEYS = {"format_version": (int, "an integer"), "features": (list, "a JSON array"),
                   "splits": (dict, "a JSON object")}
+# Each shard's fields: a negative count would pass for a shard read short, and be summed.
+_SHARD_FIELDS = {"file": (str, "a file name"), "num_records": (int, "an int >= 0"),
+                 "num_bytes": (int, "an int >= 0"), "sha256": (str, "a string (SHA-256 in hex)")}
+
+
+@dataclasses.dataclass(frozen=True)
+class ManifestIssue:
+    """One place where a readable manifest contradicts itself or its schema.
+
+    :func:`read_manifest` refuses a manifest with any (its readers would train on wrong counts,
+    read a shard twice, or name the wrong classes); ``verify`` lists them all.
+
+    Attributes:
+        key: Where in the manifest, e.g. ``splits.train.num_records``.
+        detail: What is wrong, with the values found and expected.
+        file: The shard it concerns, if one.
+        duplicate: A shard listed more than once.
+    """
+
+    key: str
+    detail: str
+    file: str | None = None
+    duplicate: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.detail}"
+
+
+def interrupted_swap(folder) -> str | None:
+    """What a ``convert --overwrite`` killed in the middle of its swap left in ``folder``, and
+    what to do about it; None when ``folder`` is not half-replaced.
+
+    The swap moves the old dataset's files out of ``folder`` (its manifest first), then the
+    new shards in, then writes the new manifest: a folder without a manifest beside the old
+    dataset's swap folder holds part of one dataset or of the other, and its shards pass every
+    check a manifest-less folder gets. ``verify``, ``inspect`` and the pipelines all ask here.
+
+    Example:
+        >>> interrupted_swap("shards/") is None
+        True
+    """
+    folder = Path(folder)
+    if (folder / MANIFEST_NAME).is_file():
+        # whole: the old dataset (the swap had not started moving) or the new one (only the
+        # cleanup was left)
+        return None
+    old = swap_folder(folder, OLD_SUFFIX)
+    if not old.is_dir():
+        return None
+    staging = swap_folder(folder, STAGING_SUFFIX)
+    here = _dataset_files(folder)
+    if (old / ALL_MOVED_MARKER).exists():
+        state = (f"{here} of the new dataset's shard(s) are here and "
+                 f"{_dataset_files(staging)} still in {staging}; the old dataset is whole in "
+                 f"{old} ({_dataset_files(old)} files)")
+    else:
+        state = (f"{_dataset_files(old)} of the old dataset's files (its {MANIFEST_NAME} first) "
+                 f"are in {old} and {here} still here; the new dataset is whole in {staging}")
+    return (f"a 'tfopt convert --overwrite' was killed while it replaced the dataset here: "
+            f"{state}. Run 'tfopt convert SOURCE {folder} --resume' with the interrupted run's "
+            f"source and options to finish the new dataset; any other 'tfopt convert ... "
+            f"{folder}', even one it refuses, puts the old one back")
+
+
+def _dataset_files(folder: Path) -> int:
+    """Shards and manifest in ``folder`` (hidden files, journal and markers, are not counted)."""
+    if not folder.is_dir():
+        return 0
+    return sum(1 for entry in folder.iterdir() if not entry.name.startswith(".")
+               and entry.is_file())
 
 
 def read_manifest(folder) -> Manifest:
@@ -201,28 +276,49 @@ def read_manifest(folder) -> Manifest:
         folder: The dataset folder (or the manifest file itself).
 
     Raises:
-        DatasetError: The folder has no manifest (an incomplete or foreign dataset), or the
-            manifest is unreadable or from a newer tfopt.
+        DatasetError: The folder has no manifest (an incomplete or foreign dataset, or one
+            that a killed ``convert --overwrite`` left half-replaced), or the manifest is
+            unreadable, from a newer tfopt, or contradicts itself (see :class:`ManifestIssue`).
 
     Example:
         >>> manifest = read_manifest("shards/")
         >>> manifest.splits["train"].num_records
         9000
     """
+    manifest, issues = load_manifest(folder)
+    if issues:
+        path = _manifest_path(folder)
+        shown = "; ".join(str(issue) for issue in issues[:3])
+        more = f"; and {len(issues) - 3} more" if len(issues) > 3 else ""
+        raise DatasetError(f"{path}: inconsistent manifest: {shown}{more}; 'tfopt verify "
+                           f"{path.parent}' lists every problem, and a new convert rewrites it")
+    return manifest
+
+
+def _manifest_path(folder) -> Path:
     folder = Path(folder)
-    path = folder if folder.name == MANIFEST_NAME else folder / MANIFEST_NAME
+    return folder if folder.name == MANIFEST_NAME else folder / MANIFEST_NAME
+
+
+def load_manifest(folder) -> tuple[Manifest, list[ManifestIssue]]:
+    """The manifest of a dataset folder and where it contradicts itself, not refused for that.
+
+    ``verify`` reports each issue and still checks the shards; readers use
+    :func:`read_manifest`, which refuses a manifest with issues.
+
+    Raises:
+        DatasetError: As :func:`read_manifest`, but not for issues.
+    """
+    path = _manifest_path(folder)
     folder = path.parent
     if not path.is_file():
+        swap = interrupted_swap(folder)
+        if swap is not None:
+            raise DatasetError(f"{folder}: incomplete dataset: {swap}")
         if (folder / JOURNAL_NAME).exists():
             raise DatasetError(
                 f"{folder}: incomplete dataset: a conversion was interrupted before writing "
                 f"{MANIFEST_NAME}; finish it with 'tfopt convert ... --resume'"
-            )
-        if swap_folder(folder, OLD_SUFFIX).is_dir():
-            raise DatasetError(
-                f"{folder}: incomplete dataset: a 'tfopt convert --overwrite' was killed while "
-                f"it replaced the dataset here; the next 'tfopt convert ... {folder}' puts the "
-                "old one back first (add --resume to finish the new one)"
             )
         raise DatasetError(f"{folder}: no {MANIFEST_NAME}: not a complete tfopt dataset")
     try:
@@ -239,15 +335,116 @@ def read_manifest(folder) -> Manifest:
         if isinstance(value, bool) or not isinstance(value, kind):
             raise DatasetError(f"{path}: unreadable manifest: {key}={repr(value)[:60]}, "
                                f"expected {kind_name}")
+    _check_shard_entries(path, data["splits"])
     try:
         manifest = Manifest.from_json(data)
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         # deeper down in a hand-edited or foreign file: AttributeError where an object is a
-        # list ("splits": {"train": []}), TypeError where a shard lacks a field
+        # list ("features": [[]]), TypeError where a feature lacks a field
         raise DatasetError(f"{path}: unreadable manifest ({type(error).__name__}: {error})") from error
     if manifest.format_version > FORMAT_VERSION:
         raise DatasetError(
             f"{path}: manifest format {manifest.format_version} is newer than this tfopt "
             f"reads ({FORMAT_VERSION}); upgrade tfopt"
         )
-    return manifest
+    return manifest, _issues(data, manifest)
+
+
+def _check_shard_entries(path: Path, splits: dict) -> None:
+    """Refuse a split or shard entry of the wrong shape, naming its key and shard."""
+    def refuse(key: str, value, expected: str, file=None) -> None:
+        shard = f" (shard {file})" if isinstance(file, str) else ""
+        raise DatasetError(f"{path}: unreadable manifest: {key}={repr(value)[:60]}{shard}, "
+                           f"expected {expected}")
+
+    for name, split in splits.items():
+        key = f"splits.{name}"
+        if not isinstance(split, dict):
+            refuse(key, split, "a JSON object with 'shards'")
+        shards = split.get("shards")
+        if not isinstance(shards, list):
+            refuse(f"{key}.shards", shards, "a JSON array of shards")
+        for position, shard in enumerate(shards):
+            shard_key = f"{key}.shards[{position}]"
+            if not isinstance(shard, dict):
+                refuse(shard_key, shard, "a JSON object (file, num_records, num_bytes, sha256)")
+            file = shard.get("file")
+            for field, (kind, expected) in _SHARD_FIELDS.items():
+                if field not in shard:
+                    refuse(f"{shard_key}.{field}", None, expected, file)
+                value = shard[field]
+                if (isinstance(value, bool) or not isinstance(value, kind)
+                        or (kind is int and value < 0)):
+                    refuse(f"{shard_key}.{field}", value, expected, file)
+
+
+def _issues(data: dict, manifest: Manifest) -> list[ManifestIssue]:
+    """Where the manifest contradicts itself: counts, shards listed twice, keys, classes."""
+    issues = []
+    first_listed: dict[str, str] = {}
+    for name, split in data["splits"].items():
+        for position, shard in enumerate(split["shards"]):
+            key, file = f"splits.{name}.shards[{position}]", shard["file"]
+            if file in first_listed:
+                issues.append(ManifestIssue(
+                    key, f"{file} is listed again (first at {first_listed[file]}): readers "
+                    "would read its records twice", file=file, duplicate=True))
+            else:
+                first_listed[file] = key
+        info = manifest.splits[name]
+        for field, total in (("num_records", info.num_records), ("num_bytes", info.num_bytes)):
+            if field in split and not _same_count(split[field], total):
+                issues.append(ManifestIssue(
+                    f"splits.{name}.{field}", f"{split[field]!r}, but its "
+                    f"{len(info.shards)} shard(s) add up to {total}"))
+    totals = data.get("totals")
+    if totals is not None and not isinstance(totals, dict):
+        issues.append(ManifestIssue("totals", f"{repr(totals)[:60]}: expected a JSON object"))
+    elif totals:
+        for field, total in (("num_records", manifest.num_records),
+                             ("num_bytes", manifest.num_bytes),
+                             ("num_shards", len(manifest.shards))):
+            if field in totals and not _same_count(totals[field], total):
+                issues.append(ManifestIssue(f"totals.{field}", f"{totals[field]!r}, but the "
+                                            f"splits' shards add up to {total}"))
+    return issues + _key_issues(manifest)
+
+
+def _same_count(value, total: int) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value == total
+
+
+def _key_issues(manifest: Manifest) -> list[ManifestIssue]:
+    """The image and label keys name features; class names fit the label feature."""
+    issues = []
+    features = {spec.name: spec for spec in manifest.features}
+    for key in ("image_key", "label_key"):
+        value = getattr(manifest, key)
+        if value is not None and value not in features:
+            issues.append(ManifestIssue(key, f"{value!r} is not a feature; the features are: "
+                                        f"{', '.join(features) or 'none'}"))
+    names = manifest.class_names
+    if names is None:
+        return issues
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        return [*issues, ManifestIssue("class_names", f"{repr(names)[:60]}: expected a JSON "
+                                       "array of class names (strings), label index -> name")]
+    if not names:
+        issues.append(ManifestIssue("class_names", "[]: expected a name per class, or null "
+                                    "where labels are not classes"))
+    seen: dict[str, int] = {}
+    for index, name in enumerate(names):
+        if name in seen:
+            issues.append(ManifestIssue(f"class_names[{index}]", f"{name!r} names class "
+                                        f"{seen[name]} too: each label needs its own name"))
+        seen.setdefault(name, index)
+    label = features.get(manifest.label_key) if manifest.label_key else None
+    if manifest.label_key is None:
+        issues.append(ManifestIssue("class_names", f"{len(names)} class names but no "
+                                    "label_key: no feature holds the class indices"))
+    elif label is not None and (label.kind is not FeatureKind.INT64 or label.shape != []):
+        shape = "variable-length" if label.shape is None else f"shape {label.shape}"
+        issues.append(ManifestIssue("label_key", f"{label.name!r} is a {label.kind.value} "
+                                    f"feature of {shape}; class_names needs one int64 class "
+                                    "index per record"))
+    return issues

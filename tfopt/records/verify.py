@@ -1,13 +1,15 @@
 """``verify``: re-read a dataset and prove it is whole.
 
 With a manifest, every shard's size, SHA-256 and record count are compared with it, every record
-is read (TFRecord CRCs checked), and files the manifest does not list are reported. Without one
-(bare shards from anywhere), record CRCs and counts are checked, and the report says that this is
-all that could be checked. Where the manifest names an image feature, each record's image is
-judged by its header as ``convert`` judges it today (:mod:`tfopt.records.image_limits`): one
-that TensorFlow refuses to decode, or over the pixel limit the dataset was converted with, in a
-dataset written before those checks existed. Each problem names the shard and, for a bad
-record, its index.
+is read (TFRecord CRCs checked), its label checked against the class names, files the manifest
+does not list are reported, and so is every place where the manifest contradicts itself (split
+totals, shards listed twice, keys, class names). Without one (bare shards from anywhere), record
+CRCs and counts are checked, and the report says that this is all that could be checked; a folder
+that a killed ``convert --overwrite`` left half-replaced is a problem, not bare shards. Where the
+manifest names an image feature, each record's image is judged by its header as ``convert``
+judges it today (:mod:`tfopt.records.image_limits`): one that TensorFlow refuses to decode, or
+over the pixel limit the dataset was converted with, in a dataset written before those checks
+existed. Each problem names the shard and, for a bad record, its index.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from tfopt._files import is_temp_file, sha256_file
 from tfopt._progress import Progress
 from tfopt._system import usable_cores
 from tfopt._validate import optional_whole_number
+from tfopt.records.format.example_pb import example_classes
 from tfopt.records.format.framing import RecordError, read_records
 from tfopt.records.format.tfrecord import is_gzip, resolve_files
 from tfopt.records.image_limits import record_image_check, recorded_max_pixels
@@ -29,8 +32,13 @@ from tfopt.records.manifest import (
     MANIFEST_NAME,
     OLD_SUFFIX,
     STAGING_SUFFIX,
+    Manifest,
+    ManifestIssue,
     ShardInfo,
+    interrupted_swap,
+    load_manifest,
 )
+from tfopt.records.schema import FeatureKind
 
 
 class ProblemKind(str, enum.Enum):
@@ -41,7 +49,10 @@ class ProblemKind(str, enum.Enum):
     CORRUPT = "corrupt"  # a record fails its CRC or is cut short
     EXTRA = "extra"  # a file in the folder that the manifest does not list
     DUPLICATE = "duplicate"  # a shard the manifest lists twice: readers would read it twice
-    INCOMPLETE = "incomplete"  # an interrupted conversion: journal, no manifest
+    INCOMPLETE = "incomplete"  # an interrupted conversion (journal, no manifest) or swap
+    UNREADABLE = "unreadable"  # a file that cannot be opened or read (permissions, I/O error)
+    MANIFEST = "manifest"  # the manifest contradicts itself (totals, keys, class names)
+    LABEL = "label"  # a record whose label is no index into the manifest's class names
     IMAGE = "image"  # a record's image that TensorFlow refuses, or over the pixel limit
 
 
@@ -140,11 +151,25 @@ def verify(path, *, workers: int | None = None, progress: bool | None = False) -
     """
     workers = optional_whole_number(workers, "workers", 1,
                                     "an int >= 1, or None for all usable cores")
-    files, manifest, notes = resolve_files(path)
-    problems: list[Problem] = []
     folder = Path(path)
     if folder.name == MANIFEST_NAME and folder.is_file():
         folder = folder.parent  # 'tfopt verify shards/manifest.json' checks the dataset beside it
+    swap = interrupted_swap(folder) if folder.is_dir() else None
+    if swap is not None:
+        # its shards are part of one dataset or of the other: checked as bare shards they
+        # would pass, so nothing is read until a convert has finished or undone the swap
+        return VerifyResult(str(path), False, [], [Problem(str(folder), ProblemKind.INCOMPLETE,
+                                                           swap)],
+                            ["no shard read: the folder holds part of one dataset or of the "
+                             "other until a convert finishes or undoes the swap"])
+    problems: list[Problem] = []
+    files: list[Path] = []  # bare shards, read without a manifest
+    if folder.is_dir() and (folder / MANIFEST_NAME).is_file():
+        manifest, issues = load_manifest(folder)  # its issues are problems, not an error here
+        notes: list[str] = []
+        problems.extend(_manifest_problems(folder, issues))
+    else:
+        files, manifest, notes = resolve_files(path)
     if manifest is None and folder.is_dir() and (folder / JOURNAL_NAME).exists():
         problems.append(Problem(str(folder), ProblemKind.INCOMPLETE,
                                 f"no {MANIFEST_NAME}: the conversion was interrupted; finish it "
@@ -152,38 +177,9 @@ def verify(path, *, workers: int | None = None, progress: bool | None = False) -
     if manifest is None:
         notes.append("no manifest: checked record CRCs and counts only (no checksums, sizes or "
                      "expected counts to compare with)")
-        jobs = [(file, None, "gzip" if is_gzip(file) else None) for file in files]
+        jobs = [(file, None, "gzip" if is_gzip(file) else None, None) for file in files]
     else:
-        jobs = []
-        listed_before = set()
-        for shard in manifest.shards:
-            file = folder / shard.file
-            if shard.file in listed_before:
-                problems.append(Problem(str(file), ProblemKind.DUPLICATE, "listed twice in the "
-                                        "manifest: every epoch would read its records twice"))
-            elif file.is_file():  # not exists(): a folder under a shard's name is missing too
-                jobs.append((file, shard, manifest.compression))
-            else:
-                problems.append(Problem(str(file), ProblemKind.MISSING, "listed in the manifest, "
-                                        "not on disk" + (" (a folder is there)" if file.exists()
-                                                         else "")))
-            listed_before.add(shard.file)
-        listed = {shard.file for shard in manifest.shards} | {MANIFEST_NAME}
-        for entry in sorted(folder.iterdir()):
-            if entry.name == JOURNAL_NAME:
-                # the manifest is written first, then the journal removed: a kill (or power cut)
-                # between the two leaves a complete dataset with a stale journal
-                notes.append(f"{entry}: journal of a conversion stopped right after it wrote "
-                             f"{MANIFEST_NAME}; the dataset is complete and the journal can go")
-            elif entry.name in (STAGING_SUFFIX, OLD_SUFFIX) and entry.is_dir():
-                # a mount point's dataset keeps convert --overwrite's swap folders inside it
-                notes.append(f"{entry}: folder of a 'tfopt convert --overwrite' into this mount "
-                             "point (its new shards, or the old ones it replaces); not part of "
-                             "the dataset")
-            elif entry.name not in listed:
-                what = ("a leftover temporary file of an interrupted write" if is_temp_file(entry)
-                        else "not listed in the manifest")
-                problems.append(Problem(str(entry), ProblemKind.EXTRA, what))
+        jobs = _manifest_jobs(folder, manifest, problems, notes)
     # each record's image, judged by its header: what convert refuses today, in a dataset
     # written before it did (a JPEG too large to decode, 12-bit, lossless...)
     image_check = (record_image_check(manifest.image_key, recorded_max_pixels(manifest.options))
@@ -202,37 +198,156 @@ def verify(path, *, workers: int | None = None, progress: bool | None = False) -
     return VerifyResult(str(path), manifest is not None, checked, problems, notes)
 
 
+def _manifest_problems(folder: Path, issues: list[ManifestIssue]) -> list[Problem]:
+    """The manifest's own contradictions, each named by its key (and shard)."""
+    manifest_path = str(folder / MANIFEST_NAME)
+    problems = []
+    for issue in issues:
+        if issue.duplicate:
+            problems.append(Problem(str(folder / issue.file), ProblemKind.DUPLICATE,
+                                    f"listed twice in the manifest ({issue}); every epoch "
+                                    "would read its records twice"))
+        else:
+            problems.append(Problem(manifest_path, ProblemKind.MANIFEST, str(issue)))
+    return problems
+
+
+@dataclasses.dataclass(frozen=True)
+class _Labels:
+    """The label feature and how many classes the manifest names."""
+
+    key: str
+    classes: int
+
+
+def _manifest_jobs(folder: Path, manifest: Manifest, problems: list[Problem],
+                   notes: list[str]) -> list[tuple]:
+    """Each listed shard to check once; missing shards and unlisted files as problems."""
+    labels = None
+    label_kinds = {spec.name: spec.kind for spec in manifest.features}
+    # where the key or the names are wrong already (a manifest problem), every record would
+    # repeat it
+    if (label_kinds.get(manifest.label_key) is FeatureKind.INT64
+            and isinstance(manifest.class_names, list) and manifest.class_names):
+        labels = _Labels(manifest.label_key, len(manifest.class_names))
+    jobs, listed_before = [], set()
+    for shard in manifest.shards:
+        file = folder / shard.file
+        if shard.file in listed_before:
+            continue  # a duplicate: a problem already (_manifest_problems)
+        listed_before.add(shard.file)
+        if file.is_file():  # not exists(): a folder under a shard's name is missing too
+            jobs.append((file, shard, manifest.compression, labels))
+        else:
+            problems.append(Problem(str(file), ProblemKind.MISSING, "listed in the manifest, "
+                                    "not on disk" + (" (a folder is there)" if file.exists()
+                                                     else "")))
+    listed = listed_before | {MANIFEST_NAME}
+    for entry in sorted(folder.iterdir()):
+        if entry.name == JOURNAL_NAME:
+            # the manifest is written first, then the journal removed: a kill (or power cut)
+            # between the two leaves a complete dataset with a stale journal
+            notes.append(f"{entry}: journal of a conversion stopped right after it wrote "
+                         f"{MANIFEST_NAME}; the dataset is complete and the journal can go")
+        elif entry.name in (STAGING_SUFFIX, OLD_SUFFIX) and entry.is_dir():
+            # a mount point's dataset keeps convert --overwrite's swap folders inside it
+            notes.append(f"{entry}: folder of a 'tfopt convert --overwrite' into this mount "
+                         "point (its new shards, or the old ones it replaces); not part of "
+                         "the dataset")
+        elif entry.name not in listed:
+            what = ("a leftover temporary file of an interrupted write" if is_temp_file(entry)
+                    else "not listed in the manifest")
+            problems.append(Problem(str(entry), ProblemKind.EXTRA, what))
+    return jobs
+
+
 def _check_file(file: Path, expected: ShardInfo | None, compression: str | None,
-                image_check=None):
+                labels: _Labels | None, image_check=None):
     problems = []
     size = file.stat().st_size
     if expected is not None:
         if size != expected.num_bytes:
             problems.append(Problem(str(file), ProblemKind.SIZE,
                                     f"{size} bytes, the manifest says {expected.num_bytes}"))
-        digest = sha256_file(file)
+        try:
+            digest = sha256_file(file)
+        except OSError as error:
+            # every later check would fail the same way: one line for the file
+            problems.append(Problem(str(file), ProblemKind.UNREADABLE, _unreadable(error)))
+            return ShardCheck(str(file), size, 0), problems
         if digest != expected.sha256:
             problems.append(Problem(str(file), ProblemKind.CHECKSUM,
                                     f"SHA-256 {digest[:16]}..., the manifest says "
                                     f"{expected.sha256[:16]}..."))
-
-    def check_image(index: int, record: bytes) -> None:
-        problem = image_check(record)
-        if problem:
-            problems.append(Problem(str(file), ProblemKind.IMAGE, problem, record=index))
-
-    count, error = _read_all(file, compression, check_image if image_check else None)
+    label_check = _LabelCheck(labels) if labels is not None else None
+    observers = [label_check.observe] if label_check is not None else []
+    if image_check is not None:
+        def check_image(index: int, record: bytes) -> None:
+            problem = image_check(record)
+            if problem:
+                problems.append(Problem(str(file), ProblemKind.IMAGE, problem, record=index))
+        observers.append(check_image)
+    count, error = _read_all(file, compression, observers)
     if error is not None:
-        problems.append(Problem(str(file), ProblemKind.CORRUPT, error, record=count))
+        problems.append(error if isinstance(error, Problem) else
+                        Problem(str(file), ProblemKind.CORRUPT, error, record=count))
     elif expected is not None and count != expected.num_records:
         problems.append(Problem(str(file), ProblemKind.COUNT,
                                 f"{count} records, the manifest says {expected.num_records}"))
+    if label_check is not None and label_check.bad:
+        problems.append(label_check.problem(file))
     return ShardCheck(str(file), size, count), problems
 
 
-def _read_all(file: Path, compression: str | None, on_record=None) -> tuple[int, str | None]:
-    """Read every record, both CRCs of each checked; return the count of whole records and, at
-    the first bad one, the reason.
+def _unreadable(error: OSError) -> str:
+    return (f"cannot be read ({error.strerror or error}); make it readable and verify again"
+            if isinstance(error, PermissionError) else
+            f"cannot be read ({error.strerror or error})")
+
+
+class _LabelCheck:
+    """Counts the records of one shard whose label is not a class index; keeps the first."""
+
+    def __init__(self, labels: _Labels):
+        self.labels = labels
+        from google.protobuf.message import DecodeError  # protobuf only where labels are read
+
+        self.example, self.decode_error = example_classes().Example, DecodeError
+        self.bad = 0
+        self.first: tuple[int, str] | None = None
+
+    def observe(self, index: int, data) -> None:
+        try:
+            feature = self.example.FromString(data).features.feature.get(self.labels.key)
+        except self.decode_error:
+            self._bad(index, "not a tf.train.Example")
+            return
+        values = feature.int64_list.value if feature is not None else ()
+        if len(values) != 1:
+            what = "no" if feature is None else f"{len(values)} int64 value(s) for its"
+            self._bad(index, f"{what} label {self.labels.key!r}")
+        elif not 0 <= values[0] < self.labels.classes:
+            self._bad(index, f"label {values[0]}")
+
+    def _bad(self, index: int, what: str) -> None:
+        self.bad += 1
+        if self.first is None:
+            self.first = (index, what)
+
+    def problem(self, file: Path) -> Problem:
+        index, what = self.first
+        others = f"; {self.bad - 1} more record(s) of this shard too" if self.bad > 1 else ""
+        return Problem(str(file), ProblemKind.LABEL,
+                       f"{what}: expected one class index 0..{self.labels.classes - 1} "
+                       f"(class_names has {self.labels.classes}){others}", record=index)
+
+
+def _read_all(file: Path, compression: str | None,
+              observers=()) -> tuple[int, str | Problem | None]:
+    """Read every record, both CRCs of each checked, each handed with its index to every one of
+    ``observers`` (the label and image checks);
+    return the count of whole records and, at the first bad one, the reason (a problem of its
+    own where the file cannot be read at all).
 
     A stream cut inside a header, a few bytes of anything after the records, a length beyond
     the end of the file, a GZIP stream cut short or with a wrong trailer (CRC-32, length): each
@@ -241,13 +356,15 @@ def _read_all(file: Path, compression: str | None, on_record=None) -> tuple[int,
     """
     count = 0
     try:
-        for record in read_records(file, compression):
-            if on_record is not None:
-                on_record(count, record)
+        for data in read_records(file, compression):
+            for observe in observers:
+                observe(count, data)
             count += 1
     except RecordError as error:
         return error.index, f"{error.reason}{_LOST if error.kind not in ('gzip', 'trailing') else ''}"
     except OSError as error:
+        if count == 0:
+            return 0, Problem(str(file), ProblemKind.UNREADABLE, _unreadable(error))
         return count, f"unreadable ({error.strerror or error}); records after it are lost"
     return count, None
 

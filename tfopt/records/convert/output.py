@@ -26,6 +26,7 @@ from tfopt._files import fsync_dir, is_temp_file
 from tfopt.errors import InvalidArgumentError, OutputExistsError, TfoptError
 from tfopt.records.convert.options import ConvertOptions
 from tfopt.records.manifest import (
+    ALL_MOVED_MARKER,
     JOURNAL_NAME,
     MANIFEST_NAME,
     OLD_SUFFIX,
@@ -75,8 +76,8 @@ def _is_ours(path: Path) -> bool:
 # While an --overwrite runs, the new dataset grows in a hidden staging folder beside DST (inside
 # it where DST is a mount point: on the same file system, moving a shard is a rename) and the
 # old one stays whole in DST; the swap at the end moves the old files into a second hidden
-# folder, the new ones in, writes the manifest last and only then removes the old files.
-_OLD_MOVED = ".tfopt-all-moved"  # in the old folder: every old file left DST, new ones may follow
+# folder (ALL_MOVED_MARKER there once all are out), the new ones in, writes the manifest last
+# and only then removes the old files. manifest.interrupted_swap tells the readers of DST.
 
 
 def staging_folder(dst) -> Path:
@@ -221,7 +222,7 @@ def _prepare_existing(dst: Path, options: ConvertOptions, staging: Path, dst_loc
 
 def _refuse_foreign(folder: Path) -> None:
     foreign = [entry.name for entry in folder.iterdir()
-               if not _is_ours(entry) and entry.name != _OLD_MOVED]
+               if not _is_ours(entry) and entry.name != ALL_MOVED_MARKER]
     if foreign:
         raise OutputExistsError(f"{folder}: holds files tfopt did not write "
                                 f"({', '.join(sorted(foreign)[:3])}); move them out first")
@@ -260,7 +261,7 @@ def swap_in(staging: Path, dst: Path, manifest: Manifest) -> None:
     old.mkdir()
     _move_all(dst, old, _ours_in(dst))
     fsync_dir(dst)
-    (old / _OLD_MOVED).touch()
+    (old / ALL_MOVED_MARKER).touch()
     fsync_dir(old)
     _move_all(staging, dst, [shard.file for shard in manifest.shards])
     fsync_dir(dst)
@@ -275,7 +276,7 @@ def _finish_or_undo_swap(dst: Path) -> None:
     if not old.is_dir():
         return
     staging = staging_folder(dst)
-    all_moved = (old / _OLD_MOVED).exists()
+    all_moved = (old / ALL_MOVED_MARKER).exists()
     if all_moved and (dst / MANIFEST_NAME).exists():
         # the new dataset was complete: only the cleanup was left
         _remove_ours(old)
@@ -288,7 +289,7 @@ def _finish_or_undo_swap(dst: Path) -> None:
         staging.mkdir(exist_ok=True)
         _move_all(dst, staging, _ours_in(dst))
         fsync_dir(staging)
-        (old / _OLD_MOVED).unlink()
+        (old / ALL_MOVED_MARKER).unlink()
     # the manifest last: the folder is a complete dataset only once every shard is back
     _move_all(old, dst, list(reversed(_ours_in(old))))
     fsync_dir(dst)
