@@ -135,11 +135,107 @@ def test_a_server_that_cannot_start_is_a_clear_error(tmp_path):
         port = taken.getsockname()[1]
         with pytest.raises(TfoptError, match=f"dispatcher did not start on port {port}"):
             start_dispatcher(port=port)
-        with pytest.raises(TfoptError, match=f"worker did not start on port {port}"):
-            start_worker("grpc://localhost:1", port=port)
+        dispatcher = start_dispatcher()
+        try:
+            with pytest.raises(TfoptError, match=f"worker did not start on port {port}"):
+                start_worker(dispatcher.address, port=port)
+        finally:
+            dispatcher.stop()
     (tmp_path / "a_file").write_text("")
     with pytest.raises(InvalidArgumentError, match="work_dir=.*a_file/journal.*cannot create"):
         start_dispatcher(work_dir=str(tmp_path / "a_file" / "journal"))
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        return probe.getsockname()[1]
+
+
+def test_hosts_are_checked_and_normalised():
+    from tfopt.data.service import check_host
+
+    assert check_host("localhost") == "localhost"
+    assert check_host("node-1.example.org.") == "node-1.example.org"
+    assert check_host("trainer_1") == "trainer_1"  # a container service name
+    assert check_host("10.0.0.5") == "10.0.0.5"
+    assert check_host("::1") == check_host("[::1]") == "[::1]"
+    for bad in ["bad host!", "", "-node", "a..b", "x" * 64, "grpc://node", None, 5]:
+        with pytest.raises(InvalidArgumentError, match="expected a host name or an IP address"):
+            check_host(bad)
+    with pytest.raises(InvalidArgumentError, match="dispatcher="):
+        parse_address("bad host!:5050", "dispatcher")
+    with pytest.raises(InvalidArgumentError, match="dispatcher="):
+        parse_address("-node:5050", "dispatcher")
+
+
+@pytest.mark.parametrize("role", ["dispatcher", "worker"])
+def test_a_bad_host_is_one_line_before_anything_starts(role):
+    # checked before TensorFlow's import: the runner would otherwise start a real server
+    args = [role, "--host", "bad host!"] + (["--dispatcher", "localhost:1"] if role == "worker"
+                                            else [])
+    result = CliRunner().invoke(data_service, args, catch_exceptions=False)
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines() == [
+        "tfopt: error: host='bad host!': expected a host name or an IP address, e.g. localhost, "
+        "node1.example.org, 10.0.0.5 or [::1]"]
+    assert result.stdout == ""
+
+
+def test_a_worker_says_it_waits_for_a_dead_dispatcher_then_gives_up_in_one_line():
+    port = _free_port()
+    result = subprocess.run(
+        [sys.executable, "-m", "tfopt", "data-service", "worker", "--dispatcher",
+         f"localhost:{port}", "--dispatcher-timeout", "1"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    address = f"grpc://localhost:{port}"
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        f"tfopt: WARNING: waiting for the tf.data service dispatcher at {address} (Connection "
+        "refused), up to 1 s",
+        f"tfopt: error: no tf.data service dispatcher answered at {address} within 1 s "
+        "(Connection refused); start 'tfopt data-service dispatcher' first and give its "
+        "address (the first line it prints), or wait longer (--dispatcher-timeout)"]
+
+
+def test_a_worker_waits_for_its_dispatcher_and_each_server_names_its_open_port(caplog):
+    import threading
+    import time
+
+    from tfopt.data.service import start_dispatcher, start_worker
+    from tfopt.errors import TfoptError
+
+    port = _free_port()
+    started = {}
+    waiter = threading.Thread(target=lambda: started.update(
+        worker=start_worker(f"localhost:{port}", dispatcher_timeout=60)))
+    with caplog.at_level("WARNING", logger="tfopt"):
+        waiter.start()
+        deadline = time.monotonic() + 30
+        while "waiting for the tf.data service dispatcher" not in caplog.text:
+            assert time.monotonic() < deadline and waiter.is_alive(), caplog.text
+            time.sleep(0.05)
+        dispatcher = start_dispatcher(port=port)  # the worker registers once it answers
+        waiter.join(60)
+    worker = started["worker"]
+    try:
+        assert not waiter.is_alive() and worker.address.startswith("grpc://localhost:")
+        worker_port = int(worker.address.rsplit(":", 1)[1])
+        text = caplog.text
+        for role, open_port in (("dispatcher", port), ("worker", worker_port)):
+            assert (f"the tf.data service {role} listens on port {open_port} of every network "
+                    "interface of this machine, without authentication") in text
+            assert f"--dport {open_port} ! -i lo -j DROP" in text
+        assert f"the dispatcher at grpc://localhost:{port} answers" in text
+        # a worker's address given as the dispatcher's: said at once, not waited on for ever
+        with pytest.raises(TfoptError, match="is a gRPC server but not a tf.data service "
+                                             "dispatcher"):
+            start_worker(worker.address, dispatcher_timeout=30)
+    finally:
+        worker.stop()
+        dispatcher.stop()
 
 
 def test_serve_main_runs_a_server_process_that_stops_cleanly_on_sigterm():

@@ -7,6 +7,7 @@ import json
 import math
 import re
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -19,10 +20,16 @@ _UNITS = {"": 1, "b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
           "ki": 1 << 10, "mi": 1 << 20, "gi": 1 << 30, "ti": 1 << 40}
 
 
+# ctx.meta key (meta is shared by every context of a command line): the command was given --json
+_JSON_REQUESTED = "tfopt.json_requested"
+
+
 class TfoptGroup(click.Group):
     """A click group that reports TfoptError as a one-line message with exit code 1.
 
-    The ``tfopt`` group uses it, and so does any group that is also run on its own
+    With ``--json`` (:func:`json_option`) a JSON error object goes to stdout as well, where the
+    caller reads the result; click's usage errors (exit code 2) get one too once ``--json``
+    was read. The ``tfopt`` group uses it, and so does any group that is also run on its own
     (``python -m tfopt.cli.service``).
     """
 
@@ -30,8 +37,38 @@ class TfoptGroup(click.Group):
         try:
             return super().invoke(ctx)
         except TfoptError as error:
-            click.echo(f"tfopt: error: {error}", err=True)
-            ctx.exit(1)
+            fail(f"error: {error}", str(error), 1)
+        except click.ClickException as error:
+            if not getattr(error, "tfopt_json_sent", False) and ctx.meta.get(_JSON_REQUESTED):
+                echo_json({"error": error.format_message(), "exit_code": error.exit_code})
+                error.tfopt_json_sent = True  # an enclosing group sends none again
+            raise
+
+
+def fail(line: str | None, error: str, exit_code: int) -> NoReturn:
+    """End a command that failed: ``tfopt: LINE`` on stderr (None: already said there), the
+    JSON object ``{"error": ERROR, "exit_code": N}`` on stdout if the command was given
+    ``--json``, and the exit code."""
+    ctx = click.get_current_context()
+    if line is not None:
+        click.echo(f"tfopt: {line}", err=True)
+    if ctx.meta.get(_JSON_REQUESTED):
+        echo_json({"error": error, "exit_code": exit_code})
+    ctx.exit(exit_code)
+
+
+def _note_json(ctx, param, value):
+    if value:
+        ctx.meta[_JSON_REQUESTED] = True
+    return value
+
+
+def json_option(text: str = "Print JSON on stdout."):
+    """The ``--json`` flag of every command (``as_json``): noted, so that an error is reported
+    as JSON on stdout too (:class:`TfoptGroup`). Eager: read before the other options, so that
+    their errors find it."""
+    return click.option("--json", "as_json", is_flag=True, is_eager=True, callback=_note_json,
+                        help=text)
 
 
 def finite(context, parameter, value):

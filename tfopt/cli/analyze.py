@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from tfopt.cli._common import ByteSize, finite, needs_tensorflow, plot_path
+from tfopt.cli._common import ByteSize, finite, json_option, needs_tensorflow, plot_path
 from tfopt.errors import InvalidArgumentError
 
 
@@ -67,7 +67,7 @@ def load_dataset(target: str):
               help="Also make the safe rewrites (tfopt.optimize) and measure the pipeline "
               "before and after them; --seconds then covers both.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress line on stderr.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@json_option("Print the report as JSON on stdout.")
 def analyze(target, seconds, cores, ram_budget, plot, apply_rewrites, quiet, as_json):
     """Find the slow stage of a tf.data pipeline and what would speed it up.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from tfopt.bench.service_workers import MAX_SERVICE_WORKERS  # imports no TensorFlow
-from tfopt.cli._common import batch_size_list, echo_json, needs_tensorflow, plot_path
+from tfopt.cli._common import batch_size_list, echo_json, json_option, needs_tensorflow, plot_path
 from tfopt.models import MIN_IMAGE_SIZE, ModelName, ModelSize  # imports no TensorFlow
 
 
@@ -64,7 +64,7 @@ _POSITIVE = click.IntRange(min=1)
               "share this host's cores, so the figures show the service's overhead and scaling "
               "here, not a multi-host speed-up.")
 @click.option("-q", "--quiet", is_flag=True, help="No per-run lines on stderr.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+@json_option()
 def pipeline(path, batch_size, image_size, training, epochs, repeats, cache, max_batches, split,
              tfopt_source, methods, images, service_workers, quiet, as_json):
     """Examples/s of naive, guide, Keras's folder loader, tfopt and the decode limit."""
@@ -118,7 +118,7 @@ def pipeline(path, batch_size, image_size, training, epochs, repeats, cache, max
               help="Chart the sweep's examples/s against batch size: FILE.svg, or FILE.png with "
                    "matplotlib (tfopt[plot]); without --batch-sizes the sweep is 32,64,128.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+@json_option()
 def train(shards, model, image_size, batch_size, epochs, repeats, batch_sizes,
           steps_per_execution, max_steps, fuse_batch_norm, plot, quiet, as_json):
     """End-to-end fit: default Keras beside tfopt (policy, pipeline, steps_per_execution, fused BN).

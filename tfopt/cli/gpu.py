@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from tfopt.cli._common import finite
+from tfopt.cli._common import finite, json_option
 from tfopt.errors import InvalidArgumentError
 from tfopt.gpu.doctor import CheckStatus, run_doctor
 from tfopt.gpu.nvml import NvmlSession
@@ -161,7 +161,7 @@ _STATUS_COLOURS = {
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@json_option("Print the report as JSON on stdout.")
 def doctor(as_json):
     """Check that driver, CUDA, cuDNN, TensorFlow and the hardware fit together.
 

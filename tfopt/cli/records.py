@@ -6,14 +6,22 @@ from pathlib import Path
 
 import click
 
-from tfopt.cli._common import ByteSize, echo_json, human_bytes, needs_tensorflow, table
+from tfopt.cli._common import (
+    ByteSize,
+    echo_json,
+    fail,
+    human_bytes,
+    json_option,
+    needs_tensorflow,
+    table,
+)
 from tfopt.records.image_limits import DEFAULT_MAX_PIXELS
 from tfopt.records.manifest import MANIFEST_NAME
 
 _INT64_MAX = (1 << 63) - 1  # TensorFlow's take() counts records in int64
 _SKIPPED_SHOWN = 5  # skipped items named on the terminal; the manifest lists every one
 _quiet = click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-_json = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+_json = json_option()
 
 
 @click.command("demo-data")
@@ -93,6 +101,7 @@ def demo_data(dst, count, classes, seed, kind, min_size, max_size, workers, over
 def convert(src, dst, quiet, as_json, **options):
     """Convert an image folder, NumPy arrays or a CSV file into sharded TFRecords."""
     from tfopt.records.convert.options import ConvertOptions
+    from tfopt.records.convert.pool import Terminated
 
     options = ConvertOptions(**options)
     try:
@@ -100,11 +109,15 @@ def convert(src, dst, quiet, as_json, **options):
 
         result = run_convert(src, dst, options, progress=None if not quiet else False)
     except KeyboardInterrupt as interrupt:
-        # Ctrl-C: one line (logged by convert once it writes, else this one), no traceback and
-        # no click "Aborted!"; exit code 1 as before
-        if not getattr(interrupt, "tfopt_reported", False):
-            click.echo("tfopt: interrupted", err=True)
-        raise SystemExit(1) from None
+        # Ctrl-C or SIGTERM: one line (logged by convert once it writes, else this one), no
+        # traceback and no click "Aborted!"; exit code 1 for Ctrl-C as before, 143 for SIGTERM
+        # as a shell reports a process it ended
+        terminated = isinstance(interrupt, Terminated)
+        what = "stopped by SIGTERM" if terminated else "interrupted"
+        reported = getattr(interrupt, "tfopt_reported", False)
+        fail(None if reported else what,
+             f"{what}: finished shards are kept; run again with --resume" if reported else what,
+             128 + Terminated.signum if terminated else 1)
     summary = result.to_json()
     if as_json:
         echo_json(summary)

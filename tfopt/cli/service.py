@@ -10,11 +10,12 @@ from pathlib import Path
 
 import click
 
-from tfopt.cli._common import TfoptGroup, needs_tensorflow
+from tfopt.cli._common import TfoptGroup, finite, needs_tensorflow
 
 _BIND_NOTE = ("TensorFlow listens on all interfaces whatever --host says (it has no "
-              "bind-address setting) and the service has no authentication: firewall the "
-              "port on a machine reachable from untrusted networks.")
+              "bind-address setting) and the service has no authentication: anyone who "
+              "reaches the port can run any dataset graph here. Firewall the port on a machine "
+              "reachable from untrusted networks (the server warns, naming it, as it starts).")
 
 
 def _serve(server) -> None:
@@ -64,9 +65,10 @@ def dispatcher(port, host, work_dir):
         except OSError as error:
             raise click.BadParameter(f"{work_dir!r}: cannot create the folder ({error.strerror})",
                                      param_hint="'--work-dir'") from None
-    needs_tensorflow()
-    from tfopt.data.service import start_dispatcher
+    from tfopt.data.service import check_host, start_dispatcher
 
+    check_host(host)  # before TensorFlow's import: 'bad host!' would be printed as the address
+    needs_tensorflow()
     server = start_dispatcher(port=port, host=host, work_dir=work_dir)
     _serve(server)
 
@@ -78,15 +80,24 @@ def dispatcher(port, host, work_dir):
               help="Port to listen on; 0 picks a free one.")
 @click.option("--host", default="localhost", show_default=True,
               help="Address clients are told to fetch this worker's data from. " + _BIND_NOTE)
-def worker(dispatcher_address, port, host):
+@click.option("--dispatcher-timeout", type=click.FloatRange(0, min_open=True), default=60.0,
+              callback=finite, show_default=True, metavar="SECONDS",
+              help="Seconds to wait for the dispatcher to answer (a line on stderr says that "
+              "the worker waits), then stop with an error.")
+def worker(dispatcher_address, port, host, dispatcher_timeout):
     """Run a worker that registers with a dispatcher, until Ctrl-C or SIGTERM.
 
     The first line on stdout is the worker's own address.
     """
-    needs_tensorflow()
-    from tfopt.data.service import start_worker
+    from tfopt.data.service import check_host, parse_address, start_worker, wait_for_dispatcher
 
-    server = start_worker(dispatcher_address, port=port, host=host)
+    # checked, and the dispatcher waited for, before TensorFlow's import (seconds): a wrong
+    # address or a dispatcher not up yet is said at once
+    check_host(host)
+    wait_for_dispatcher(parse_address(dispatcher_address, "dispatcher"), dispatcher_timeout)
+    needs_tensorflow()
+    server = start_worker(dispatcher_address, port=port, host=host,
+                          dispatcher_timeout=dispatcher_timeout)
     _serve(server)
 
 

@@ -7,7 +7,14 @@ import sys
 
 import click
 
-from tfopt.cli._common import ByteSize, batch_size_list, echo_json, finite, needs_tensorflow
+from tfopt.cli._common import (
+    ByteSize,
+    batch_size_list,
+    echo_json,
+    finite,
+    json_option,
+    needs_tensorflow,
+)
 from tfopt.models import MIN_IMAGE_SIZE, ModelName, ModelSize  # imports no TensorFlow
 
 # The built-in models are the zoo's tiny ones (trials of seconds on a CPU), named by a spec so
@@ -65,7 +72,7 @@ def tune():
 @click.option("--isolate", is_flag=True,
               help="Run each memory trial in a new process (safe after a real GPU OOM).")
 @click.option("-q", "--quiet", is_flag=True, help="No per-trial lines on stderr.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+@json_option()
 def batch_size(model_spec, builtin, data, image_size, max_batch_size, memory_budget, margin,
                sweep, steps, tolerance, find, isolate, quiet, as_json):
     """The largest batch size that fits, then (--sweep) the fastest one.

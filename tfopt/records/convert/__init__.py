@@ -35,7 +35,7 @@ from tfopt.records.convert.output import (
     swap_in,
 )
 from tfopt.records.convert.plan import plan_fingerprint, plan_shards
-from tfopt.records.convert.pool import WorkerDied, run_tasks
+from tfopt.records.convert.pool import Terminated, WorkerDied, run_tasks, sigterm_as_interrupt
 from tfopt.records.disk_space import is_disk_full, require_space_for_images
 from tfopt.records.manifest import JOURNAL_NAME, Manifest, ShardInfo, SplitInfo, write_manifest
 from tfopt.records.schema import SUGGESTED_MAX_SIZE, Encoding
@@ -72,6 +72,9 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
             or the disk filled up (the finished shards are kept for ``resume``).
         tfopt.InvalidArgumentError: An unknown option, one of the wrong type or out of range,
             or ``dst`` is ``src``, inside it or around it.
+        tfopt.TfoptError: ``dst`` cannot be written (permissions, a read-only file system).
+        KeyboardInterrupt: Ctrl-C, or SIGTERM (in the main thread, where nothing else handles
+            it) as its subclass ``Terminated``; the finished shards are kept for ``resume``.
 
     Example:
         >>> result = convert("photos/", "shards/", val_fraction=0.1, seed=1)
@@ -86,8 +89,12 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
         options = ConvertOptions(**option_values)
     elif option_values:
         options = options.replace(**option_values)
+    with sigterm_as_interrupt():  # SIGTERM as Ctrl-C: finished shards kept for --resume
+        return _convert(Path(src), Path(dst), options, progress)
+
+
+def _convert(src: Path, dst: Path, options: ConvertOptions, progress) -> ConvertResult:
     started = time.perf_counter()
-    src, dst = Path(src), Path(dst)
     refuse_nested(src, dst)
     kind = SourceKind(options.source_format) if options.source_format else detect_kind(src)
     skip_bad = options.on_error == OnError.SKIP.value
@@ -121,10 +128,15 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
                           enabled=progress) as bar:
                 run_tasks(todo, work, workers, journal, done, bar)
         except WorkerDied:
+            remove_temp_files(work)  # every writer is stopped: what is left is half-written
             raise  # an interruption too; its message says that finished shards are kept
         except (Cancelled, KeyboardInterrupt) as error:
+            # every writer is stopped (a worker killed after the grace leaves its temporary
+            # file): leave the finished shards and the journal only
+            remove_temp_files(work)
             kept = f"; {dst} keeps its dataset until then" if output.staged else ""
-            logger.warning("interrupted: finished shards are kept; run again with --resume%s", kept)
+            what = "stopped by SIGTERM" if isinstance(error, Terminated) else "interrupted"
+            logger.warning("%s: finished shards are kept; run again with --resume%s", what, kept)
             error.tfopt_reported = True  # the CLI prints nothing more
             raise
         except BaseException as error:

@@ -7,6 +7,8 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import logging
 import os
@@ -18,10 +20,9 @@ from tfopt.records.writer import ShardResult
 
 logger = logging.getLogger("tfopt")
 
-logger = logging.getLogger("tfopt")
-
 
 _JOURNAL_VERSION = 1
+_REFUSED = (errno.EACCES, errno.EPERM, errno.EROFS)  # the journal's errors that are the user's
 
 
 class Journal:
@@ -34,7 +35,9 @@ class Journal:
         if not self.path.exists():
             return None, {}
         fingerprint, results = None, {}
-        for line in self.path.read_text(encoding="utf-8").splitlines():
+        with self._refused("read"):
+            text = self.path.read_text(encoding="utf-8", errors="replace")
+        for line in text.splitlines():
             try:
                 entry = json.loads(line)
             except ValueError:
@@ -46,22 +49,38 @@ class Journal:
         return fingerprint, results
 
     def start(self, fingerprint: str, keep: bool) -> None:
-        if keep:
-            if not self.path.read_bytes().endswith(b"\n"):
-                # a kill tore the last line: without a line break the next entry would join
-                # it and be lost too
-                with open(self.path, "ab") as handle:
-                    handle.write(b"\n")
-            return
-        self.path.write_text(json.dumps({"journal": _JOURNAL_VERSION,
-                                         "fingerprint": fingerprint}) + "\n", encoding="utf-8")
-        self._sync()
+        with self._refused("write"):
+            if keep:
+                if not self.path.read_bytes().endswith(b"\n"):
+                    # a kill tore the last line: without a line break the next entry would
+                    # join it and be lost too
+                    with open(self.path, "ab") as handle:
+                        handle.write(b"\n")
+                return
+            self.path.write_text(json.dumps({"journal": _JOURNAL_VERSION,
+                                             "fingerprint": fingerprint}) + "\n",
+                                 encoding="utf-8")
+            self._sync()
 
     def append(self, result: ShardResult) -> None:
-        with open(self.path, "a", encoding="utf-8") as handle:
+        with self._refused("write"), open(self.path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(result.to_json()) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
+
+    @contextlib.contextmanager
+    def _refused(self, what: str):
+        """A journal this process may not read or write (permissions, a read-only file system)
+        as one line naming it; other errors (a full disk: convert keeps the finished shards
+        for --resume) as they are."""
+        try:
+            yield
+        except OSError as error:
+            if error.errno not in _REFUSED:
+                raise
+            raise DatasetError(f"{self.path}: cannot {what} convert's journal ({error.strerror}); "
+                               f"{self.path.parent} must be readable and writable by this "
+                               "user") from None
 
     def _sync(self) -> None:
         with open(self.path, "rb") as handle:

@@ -23,7 +23,7 @@ except ImportError:  # Windows
     fcntl = None
 
 from tfopt._files import fsync_dir, is_temp_file
-from tfopt.errors import InvalidArgumentError, OutputExistsError, TfoptError
+from tfopt.errors import InvalidArgumentError, OutputExistsError, SourceError, TfoptError
 from tfopt.records.convert.options import ConvertOptions
 from tfopt.records.manifest import (
     ALL_MOVED_MARKER,
@@ -35,6 +35,7 @@ from tfopt.records.manifest import (
     swap_folder,
     write_manifest,
 )
+from tfopt.records.sources.paths import LOOPING_LINK
 
 logger = logging.getLogger("tfopt")
 
@@ -52,7 +53,7 @@ def remove_temp_files(folder: Path) -> None:
 def refuse_nested(src: Path, dst: Path) -> None:
     """Refuse a destination inside the source or the other way round (symlinks resolved): the
     next scan of the source would read the dataset, or the dataset folder hold the source."""
-    real_src, real_dst = src.resolve(), dst.resolve()
+    real_src, real_dst = _resolved(src, source=True), _resolved(dst, source=False)
 
     def shown(path: Path, real: Path) -> str:
         return str(path) if path.absolute() == real else f"{path} (= {real})"
@@ -66,6 +67,17 @@ def refuse_nested(src: Path, dst: Path) -> None:
         raise InvalidArgumentError(
             f"source {shown(src, real_src)} is inside the destination {shown(dst, real_dst)}; "
             "choose a destination outside it")
+
+
+def _resolved(path: Path, *, source: bool) -> Path:
+    """``path.resolve()``, a link that loops as one line naming it (``resolve`` raises a bare
+    RuntimeError for it, or an OSError on newer Pythons)."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):
+        if source:
+            raise SourceError(path, f"{LOOPING_LINK}; point it at a real file or folder") from None
+        raise TfoptError(f"{path}: {LOOPING_LINK}; choose another destination") from None
 
 
 def _is_ours(path: Path) -> bool:
@@ -127,10 +139,23 @@ def _lock_folder(folder: Path, busy: str) -> int | None:
     return fd
 
 
+def _require_writable(folder: Path) -> None:
+    """Refuse an output folder this process cannot write in, before anything is written (the
+    journal's first line would otherwise fail with a PermissionError)."""
+    if os.access(folder, os.W_OK | os.X_OK):
+        return
+    read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY) if hasattr(os, "statvfs") else False
+    why = "a read-only file system" if read_only else "no write permission for this user"
+    raise TfoptError(f"{folder}: cannot write the dataset there ({why}); choose a folder you "
+                     "can write to, or change its permissions")
+
+
 def prepare_output(dst: Path, options: ConvertOptions) -> _Output:
     """Check and clean the output folder; say where this run writes."""
     if dst.exists() and not dst.is_dir():
         raise OutputExistsError(f"{dst}: exists and is not a folder")
+    if dst.is_dir():
+        _require_writable(dst)
     staging = staging_folder(dst)
     lock = _lock_staging(staging) if staging.is_dir() else None
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 
@@ -31,6 +32,8 @@ MIN_SHARDS = 16
 MIN_SHARD_BYTES = 4 << 20
 TRAIN, VALIDATION = "train", "validation"
 
+logger = logging.getLogger("tfopt")
+
 
 def plan_shards(scanned: ScannedSource, options: ConvertOptions) -> list[ShardTask]:
     """Shuffle, split and cut the items into shard tasks; deterministic for a given seed."""
@@ -38,6 +41,11 @@ def plan_shards(scanned: ScannedSource, options: ConvertOptions) -> list[ShardTa
     rng = np.random.default_rng(options.seed)
     order = rng.permutation(count)
     in_validation = np.zeros(count, dtype=bool)
+    if options.val_fraction > 0 and count < 2:
+        raise InvalidArgumentError(
+            f"val_fraction={options.val_fraction}: the source holds {count} record"
+            f"{'' if count == 1 else 's'}, and a validation split needs at least 2 (one for "
+            "training, one for validation); convert without val_fraction")
     if options.val_fraction > 0:
         # Systematic sampling over items sorted by class (stable, so shuffled within a class):
         # each class gives the same fraction, and the total is floor(count * fraction). Without
@@ -50,13 +58,17 @@ def plan_shards(scanned: ScannedSource, options: ConvertOptions) -> list[ShardTa
                 in_validation[index] = True
         if not in_validation.any():
             raise InvalidArgumentError(
-                f"val_fraction={fraction} of {count} records leaves no validation records; "
-                f"use at least {1 / count:.3g}"
+                f"val_fraction={fraction} of {count} records leaves no validation records "
+                f"({count} x {fraction} < 1); use at least {1 / count:.3g}"
             )
     splits = {TRAIN: [i for i in order if not in_validation[i]],
               VALIDATION: [i for i in order if in_validation[i]]}
     if not splits[TRAIN]:
-        raise InvalidArgumentError(f"val_fraction={options.val_fraction} leaves no training records")
+        raise InvalidArgumentError(
+            f"val_fraction={options.val_fraction} of {count} records leaves no training "
+            f"records; use at most {(count - 1) / count:.3g}")
+    if options.val_fraction > 0 and scanned.labels is not None:
+        _warn_unsplit_classes(scanned, in_validation, options.val_fraction)
     suffix = ".tfrecord.gz" if options.compression == Compression.GZIP.value else ".tfrecord"
     tasks = []
     for split, indices in splits.items():
@@ -75,6 +87,48 @@ def plan_shards(scanned: ScannedSource, options: ConvertOptions) -> list[ShardTa
                 skip_bad=options.on_error == OnError.SKIP.value,
             ))
     return tasks
+
+
+# Classes named in the warning about classes left out of a split; the count covers the rest.
+_CLASSES_SHOWN = 5
+
+
+def _warn_unsplit_classes(scanned: ScannedSource, in_validation, fraction: float) -> None:
+    """Warn about classes that the stratified split left wholly on one side: too small for the
+    fraction (a class of one record cannot be on both), so that the model never trains on them
+    or validation never measures them."""
+    classes, of_item, sizes = np.unique(np.asarray(scanned.labels), return_inverse=True,
+                                        return_counts=True)
+    in_validation_count = np.bincount(of_item, weights=in_validation, minlength=len(classes))
+    one_side = (in_validation_count == 0) | (in_validation_count == sizes)
+    if not one_side.any():
+        return
+    only_train = classes[in_validation_count == 0].tolist()
+    only_validation = classes[in_validation_count == sizes].tolist()
+
+    def named(group: list[int]) -> str:
+        names = [_class_name(scanned, label) for label in group[:_CLASSES_SHOWN]]
+        more = f" and {len(group) - _CLASSES_SHOWN} more" if len(group) > _CLASSES_SHOWN else ""
+        return ", ".join(names) + more
+
+    sides = []
+    if only_validation:
+        sides.append(f"{len(only_validation)} only in validation, so never trained on "
+                     f"({named(only_validation)})")
+    if only_train:
+        sides.append(f"{len(only_train)} only in training, so validation does not measure "
+                     f"them ({named(only_train)})")
+    smallest = int(sizes[one_side].min())
+    logger.warning(
+        "val_fraction=%s leaves %d of the %d classes in one split only: %s. Those classes hold "
+        "too few records for this fraction (the smallest: %d); add records to them, or choose "
+        "another val_fraction", fraction, len(only_train) + len(only_validation), len(classes),
+        "; ".join(sides), smallest)
+
+
+def _class_name(scanned: ScannedSource, label: int) -> str:
+    names = scanned.class_names
+    return repr(names[label]) if names is not None and 0 <= label < len(names) else f"label {label}"
 
 
 def _shard_count(split, indices, splits, item_bytes, options) -> int:

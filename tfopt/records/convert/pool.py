@@ -2,7 +2,8 @@
 
 ``workers - 1`` spawned processes and a local thread share the shard tasks; each finished shard
 is journaled as it arrives. Ctrl-C is held back while workers start, and answered by the main
-process; a worker that dies (OOM killer) is an interruption, which keeps the finished shards.
+process, and so is SIGTERM (:func:`sigterm_as_interrupt`); a worker that dies (OOM killer) is an
+interruption, which keeps the finished shards.
 
 Example:
     >>> run_tasks(tasks, Path("shards"), workers=4, journal=journal, done={}, bar=bar)
@@ -30,19 +31,33 @@ _worker_state: dict = {}
 
 
 def _init_worker(queue, stop_event, parent_pid: int) -> None:
-    # the process was started with SIGINT blocked (see _sigint_blocked): a Ctrl-C reaches the
-    # whole process group, and the main process, not each worker, answers it
+    _worker_state.update(queue=queue, stop=stop_event, parent=parent_pid)
+    # the process was started with SIGINT and SIGTERM blocked (see _signals_held): a Ctrl-C
+    # reaches the whole process group, and so does a service manager's SIGTERM; the main
+    # process, not each worker, answers them. SIGTERM is unblocked once its handler (which
+    # reads the state above) is in place: stop_processes sends it to a worker told to stop
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _on_worker_sigterm)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     # no TensorFlow here: records are framed and encoded without it, and an image source
     # imports it only at an image that needs a decode, one thread per op (one shard per
     # process and eager per-image ops: thread pools would only contend)
     single_threaded_decodes()
-    _worker_state.update(queue=queue, stop=stop_event, parent=parent_pid)
     # end with the parent (kill -9): an idle worker waits on a queue whose pipe it also holds
     # open, so it would never see the parent go and would linger forever. Linux's parent-death signal; a polling thread where there is none.
     if not die_with_parent(parent_pid, signal.SIGKILL):
         threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True,
                          name="tfopt-parent-watch").start()
+
+
+def _on_worker_sigterm(signum, frame) -> None:
+    """End this worker on the SIGTERM the main process sends once it told the workers to stop
+    (stop_processes); ignore one sent to the whole group before that (the main process got it
+    too, and stops the workers itself)."""
+    if _worker_should_stop():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
 
 
 def _exit_with_parent(parent_pid: int) -> None:
@@ -100,7 +115,7 @@ def run_tasks(tasks, dst: Path, workers: int, journal: Journal, done: dict, bar)
         while True:
             # one running and one queued task per process: no process waits between shards
             while len(in_flight) < 2 * (workers - 1) and (task := next_task()) is not None:
-                with _sigint_blocked():  # submit starts the worker processes
+                with _signals_held():  # submit starts the worker processes
                     in_flight.add(executor.submit(_worker_write_shard, task, str(dst)))
             if not in_flight and local.finished:
                 break
@@ -140,33 +155,71 @@ class WorkerDied(TfoptError):
 _STOP_GRACE_S = 0.5
 
 
-@contextlib.contextmanager
-def _sigint_blocked():
-    """Hold a Ctrl-C back while worker processes start, and answer it after.
+class Terminated(KeyboardInterrupt):
+    """SIGTERM while convert runs, answered as Ctrl-C is: the workers stop, the finished shards
+    and the journal stay for ``--resume``. A KeyboardInterrupt, so that every path that
+    handles Ctrl-C handles it too; the CLI exits with 143 (128 + SIGTERM) for it."""
 
-    The processes inherit the blocked SIGINT, so a Ctrl-C during their start-up (the TensorFlow
-    import) prints no traceback from each of them. Blocking it in this thread is not enough
-    here: another thread of this process may take the signal, and Python then raises
-    KeyboardInterrupt in the main thread all the same, which could cut a start-up short (the
-    child, left without its start-up data, prints an EOFError). So the handler is swapped for
-    one that notes the signal, and the noted Ctrl-C is handed to the real handler afterwards.
+    signum = signal.SIGTERM
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """Raise :class:`Terminated` on SIGTERM while the block runs, instead of dying at once
+    (which leaves the journal, temporary files and the pool's semaphores behind).
+
+    Only in the main thread, and only where SIGTERM has its default action (a program that
+    handles SIGTERM itself keeps its handler); restored after.
+    """
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        yield
+        return
+
+    def on_sigterm(signum, frame):
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Hold Ctrl-C and SIGTERM back while worker processes start, and answer them after.
+
+    The processes inherit the blocked signals, so a Ctrl-C during their start-up (the
+    TensorFlow import) prints no traceback from each of them. Blocking them in this thread is
+    not enough here: another thread of this process may take a signal, and Python then runs
+    its handler in the main thread all the same (KeyboardInterrupt, Terminated), which could
+    cut a start-up short (the child, left without its start-up data, prints an EOFError). So
+    the handlers are swapped for ones that note the signal, and each noted signal is handed to
+    the real handler afterwards.
     """
     can_mask = hasattr(signal, "pthread_sigmask")
     in_main = threading.current_thread() is threading.main_thread()
-    noted = []
-    handler = signal.signal(signal.SIGINT, lambda *_: noted.append(True)) if in_main else None
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if can_mask else None
+    noted: list[int] = []
+    handlers = ({signum: signal.signal(signum, lambda signum, frame: noted.append(signum))
+                 for signum in _HELD_SIGNALS} if in_main else {})
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, set(_HELD_SIGNALS)) if can_mask else None
     try:
         yield
     finally:
         if can_mask:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        if in_main:
-            signal.signal(signal.SIGINT, signal.SIG_DFL if handler is None else handler)
-    if noted and callable(handler):
-        handler(signal.SIGINT, None)  # Python's default one raises KeyboardInterrupt
-    elif noted and handler == signal.SIG_DFL:
-        signal.raise_signal(signal.SIGINT)
+        for signum, handler in handlers.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+    for signum in dict.fromkeys(noted):
+        handler = handlers.get(signum)
+        if callable(handler):
+            handler(signum, None)  # Python's SIGINT one raises KeyboardInterrupt
+        elif handler == signal.SIG_DFL:
+            signal.raise_signal(signum)
 
 
 def _stop_all(stop, local: _LocalWriter, executor) -> None:

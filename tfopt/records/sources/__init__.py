@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,6 +27,12 @@ from tfopt.errors import SourceError
 from tfopt.records.image_limits import DEFAULT_MAX_PIXELS
 from tfopt.records.manifest import SkippedItem
 from tfopt.records.schema import FeatureSpec
+from tfopt.records.sources.paths import (
+    UnreadableFile,
+    is_regular_file,
+    list_folder,
+    source_is_folder,
+)
 
 
 class SourceKind(str, enum.Enum):
@@ -89,11 +94,10 @@ def detect_kind(src: Path) -> SourceKind:
     """Tell the source kind from the path: ``.npz``/``.npy``, ``.csv``, or a folder.
 
     Raises:
-        SourceError: ``src`` does not exist or is not a known kind.
+        SourceError: ``src`` does not exist, is neither a regular file nor a folder (a named
+            pipe, a device, a looping link), cannot be listed, or is not a known kind.
     """
-    if not src.exists():
-        raise SourceError(src, "does not exist")
-    if src.is_file():
+    if not source_is_folder(src):
         suffix = src.suffix.lower()
         if suffix in (".npz", ".npy"):
             return SourceKind.NUMPY
@@ -103,8 +107,12 @@ def detect_kind(src: Path) -> SourceKind:
             src, f"unknown source file type {suffix!r}: expected a .npz, .npy, .csv or .tsv "
             "file, or a folder (of .npy files, or of class folders of images)"
         )
-    entries = [entry for entry in os.scandir(src) if not entry.name.startswith(".")]
-    if any(entry.is_file() and entry.name.lower().endswith(".npy") for entry in entries):
+    try:
+        entries = [entry for entry in list_folder(src) if not entry.name.startswith(".")]
+    except UnreadableFile as unreadable:
+        raise SourceError(src, unreadable.reason) from None
+    if any(entry.name.lower().endswith(".npy") and is_regular_file(entry.path)
+           for entry in entries):
         return SourceKind.NUMPY
     return SourceKind.IMAGES
 
@@ -123,12 +131,11 @@ def scan_source(
     src = Path(src)
     # --from skips detect_kind, and can name a kind that does not fit the path: say so before
     # a scanner trips on it (IsADirectoryError and kin)
-    if not src.exists():
-        raise SourceError(src, "does not exist")
-    if kind is SourceKind.IMAGES and not src.is_dir():
+    is_folder = source_is_folder(src)  # a missing path, a looping link, a pipe, a device
+    if kind is SourceKind.IMAGES and not is_folder:
         raise SourceError(src, "is a file; an image source is a folder laid out as "
                           "SRC/<class>/<image>")
-    if kind is SourceKind.CSV and not src.is_file():
+    if kind is SourceKind.CSV and is_folder:
         raise SourceError(src, "is a folder; a CSV source is a .csv or .tsv file with a header row")
     scanner = _SCANNERS[kind]
     # the pixel limit is an image folder's setting alone; the other scanners take none

@@ -21,6 +21,7 @@ import hashlib
 import logging
 import math
 import os
+import stat
 from pathlib import Path
 
 from tfopt._tf_messages import short_tf_message
@@ -47,6 +48,15 @@ from tfopt.records.schema import (
     FeatureSpec,
 )
 from tfopt.records.sources import BadItem, ScannedSource, SourceKind
+from tfopt.records.sources.paths import (
+    UnreadableFile,
+    is_folder,
+    list_folder,
+    not_regular,
+    path_status,
+    read_regular_file,
+    stat_problem,
+)
 
 logger = logging.getLogger("tfopt")
 
@@ -58,22 +68,6 @@ def scan_images(src: Path, *, label, skip_bad, max_size, quality, check,
             f"label {label!r}: the labels of an image folder come from its class folders; "
             "a label name applies to NumPy and CSV sources only"
         )
-    class_dirs = sorted(
-        (entry for entry in os.scandir(src) if entry.is_dir() and not entry.name.startswith(".")),
-        key=lambda entry: entry.name,
-    )
-    stray = [entry.name for entry in os.scandir(src)
-             if entry.is_file() and not entry.name.startswith(".")]
-    if stray:
-        logger.warning("%s: ignoring %d file(s) outside class folders, e.g. %s",
-                       src, len(stray), stray[0])
-    if not class_dirs:
-        # detect_kind sends every folder without .npy files here: say what both kinds need
-        found = f"; it holds {len(stray)} other file(s), e.g. {stray[0]}" if stray else ""
-        raise SourceError(src, "neither .npy files nor class folders of images in it: a folder "
-                          "source holds .npy arrays (one per feature) or is an image folder "
-                          f"laid out as SRC/<class>/<image>{found}")
-
     items, labels, sizes, skipped = [], [], [], []
     stamp = hashlib.sha256()
 
@@ -82,9 +76,23 @@ def scan_images(src: Path, *, label, skip_bad, max_size, quality, check,
             raise SourceError(where, reason)
         skipped.append(SkippedItem(where, reason))
 
+    class_dirs, stray = _top_level(src, bad)
+    if not class_dirs:
+        # detect_kind sends every folder without .npy files here: say what both kinds need
+        found = f"; it holds {len(stray)} other file(s), e.g. {stray[0]}" if stray else ""
+        raise SourceError(src, "neither .npy files nor class folders of images in it: a folder "
+                          "source holds .npy arrays (one per feature) or is an image folder "
+                          f"laid out as SRC/<class>/<image>{found}")
+
+    unlisted = set()  # folders that could not be listed (permissions): not called empty
+
+    def cannot_list(error: OSError) -> None:
+        unlisted.add(str(error.filename))
+        bad(str(error.filename), stat_problem(error.filename, error))
+
     for class_index, class_dir in enumerate(class_dirs):
         found = 0
-        for root, dirs, files in os.walk(class_dir.path):
+        for root, dirs, files in os.walk(class_dir.path, onerror=cannot_list):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
             for name in sorted(files):
                 if name.startswith("."):
@@ -94,10 +102,15 @@ def scan_images(src: Path, *, label, skip_bad, max_size, quality, check,
                     allowed = ", ".join(sorted(IMAGE_EXTENSIONS))
                     bad(str(path), f"not an image file (extension {path.suffix!r}; expected one of {allowed})")
                     continue
+                # stat, never open: a named pipe would block open() for good, a device can
+                # stream without end
                 try:
-                    status = path.stat()
-                except OSError as error:
-                    bad(str(path), f"cannot be read ({error.strerror})")
+                    status = path_status(path)
+                except UnreadableFile as error:
+                    bad(str(path), error.reason)
+                    continue
+                if not stat.S_ISREG(status.st_mode):
+                    bad(str(path), not_regular(status.st_mode))
                     continue
                 size = status.st_size
                 relative = str(path.relative_to(src))
@@ -106,7 +119,7 @@ def scan_images(src: Path, *, label, skip_bad, max_size, quality, check,
                 labels.append(class_index)
                 sizes.append(size)
                 found += 1
-        if not found:
+        if not found and class_dir.path not in unlisted:
             bad(class_dir.path, "empty class folder: no images in it")
     if not items:
         raise SourceError(src, "no images found in its class folders")
@@ -127,6 +140,34 @@ def scan_images(src: Path, *, label, skip_bad, max_size, quality, check,
                        "check": check, "max_pixels": max_pixels},
         content_stamp=stamp.hexdigest(),
     )
+
+
+def _top_level(src: Path, bad) -> tuple[list[os.DirEntry], list[str]]:
+    """The class folders of ``src`` and the names of the files beside them (ignored).
+
+    A link there that cannot be followed (it loops, or points nowhere) might be a class folder
+    or a stray file: it is a bad item either way, named. Named pipes and devices beside the
+    class folders are ignored as stray files are, and never opened.
+    """
+    try:
+        entries = [entry for entry in list_folder(src) if not entry.name.startswith(".")]
+    except UnreadableFile as unreadable:
+        raise SourceError(src, unreadable.reason) from None
+    class_dirs, stray = [], []
+    for entry in entries:
+        if is_folder(entry.path):
+            class_dirs.append(entry)
+            continue
+        try:
+            path_status(entry.path)
+        except UnreadableFile as unreadable:
+            bad(entry.path, unreadable.reason)
+            continue
+        stray.append(entry.name)
+    if stray:
+        logger.warning("%s: ignoring %d file(s) outside class folders, e.g. %s",
+                       src, len(stray), stray[0])
+    return class_dirs, stray
 
 
 # Bytes read from the start of a file to find its size: JPEG headers (EXIF thumbnails, ICC
@@ -206,9 +247,10 @@ def image_reader(config: dict):
         relative, label = item
         path = root / relative
         try:
-            data = path.read_bytes()
-        except OSError as error:
-            raise BadItem(str(path), f"cannot be read ({error.strerror})") from None
+            # the scan saw a regular file; a pipe put there since must not block the worker
+            data = read_regular_file(path)
+        except UnreadableFile as error:
+            raise BadItem(str(path), error.reason) from None
         if not data:
             raise BadItem(str(path), "empty file")
         image_format = sniff_format(data)

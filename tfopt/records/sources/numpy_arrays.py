@@ -28,6 +28,7 @@ from tfopt.records.manifest import SkippedItem
 from tfopt.records.schema import INT64_MAX, Encoding, FeatureKind, FeatureSpec
 from tfopt.records.sources import ScannedSource, SourceKind
 from tfopt.records.sources.labels import choose_label, labels_from_values
+from tfopt.records.sources.paths import UnreadableFile, list_folder, path_problem
 
 logger = logging.getLogger("tfopt")
 
@@ -186,14 +187,29 @@ def _check_uint64(ref: _ArrayRef, where: str) -> None:
                               "magnitudes as x.astype(np.float64)")
 
 
+def _npy_files(src: Path) -> list[Path]:
+    """The .npy files of a folder source; one that is not a regular file (a named pipe would
+    block the read for good) is refused, named, before any is opened."""
+    try:
+        entries = list_folder(src)
+    except UnreadableFile as unreadable:
+        raise SourceError(src, unreadable.reason) from None
+    paths = [Path(entry.path) for entry in entries
+             if entry.name.lower().endswith(".npy") and not entry.name.startswith(".")]
+    for path in paths:
+        problem = path_problem(path)
+        if problem:
+            raise SourceError(path, problem)
+    return paths
+
+
 def scan_numpy(src: Path, *, label, skip_bad, max_size, quality, check) -> ScannedSource:
     if src.is_file() and src.suffix.lower() == ".npz":
         refs = _npz_refs(src)
     elif src.is_file():
         refs = [_npy_ref(src)]
     else:
-        refs = [_npy_ref(path) for path in sorted(src.iterdir())
-                if path.suffix.lower() == ".npy" and not path.name.startswith(".")]
+        refs = [_npy_ref(path) for path in _npy_files(src)]
     if not refs:
         raise SourceError(src, "no arrays (.npy files or .npz members) in it")
     features = []
