@@ -117,7 +117,8 @@ def test_a_pipe_put_in_place_of_an_image_after_the_scan_is_a_bad_item_not_a_hang
     target.unlink()
     os.mkfifo(target)  # a worker reads what the scan saw as a regular file
     read = open_reader(SourceKind.IMAGES, {"root": str(src), "max_size": None, "quality": 90,
-                                           "check": "structure"})
+                                           "check": "structure",
+                                           "max_pixels": None})
     with pytest.raises(BadItem) as bad:
         read(("a/0.png", 0))
     assert bad.value.where == str(target) and "named pipe (FIFO)" in bad.value.reason
