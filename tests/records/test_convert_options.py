@@ -44,7 +44,9 @@ def test_invalid_options_name_the_argument():
     ("val_fraction", "0.1", "a finite number in \\[0, 1\\)"),
     ("overwrite", 1, "True or False"),
     ("resume", "yes", "True or False"),
-    ("label", 3, "the name of a CSV column or NumPy array"),
+    ("label", 3, "the name of a column \\(CSV, Parquet\\), array \\(NumPy\\) or dataset"),
+    ("group", 3, "the name of a group in an HDF5 file, or None for its root"),
+    ("group", "", "the name of a group in an HDF5 file"),
 ])
 def test_a_bad_value_names_the_field_the_value_and_what_is_allowed(field, value, expected):
     shown = re.escape(repr(value))

@@ -1,5 +1,6 @@
 """Records without TensorFlow: the same bytes as TensorFlow's writer path, read back by
-TensorFlow's own parser, and convert, verify and inspect run with TensorFlow unimportable."""
+TensorFlow's own parser, and convert (of every source kind), verify and inspect run with
+TensorFlow unimportable."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from records_helpers import (
     write_csv_source,
     write_numpy_source,
 )
+from tables_helpers import write_hdf5_source, write_parquet_source
 
 import tfopt
 
@@ -32,11 +34,13 @@ def _image_source(tmp_path):
 def _sources(tmp_path):
     return {"images": (_image_source(tmp_path), {}),
             "numpy": (write_numpy_source(tmp_path), {"label": "y"}),
-            "csv": (write_csv_source(tmp_path), {"label": "label"})}
+            "csv": (write_csv_source(tmp_path), {"label": "label"}),
+            "parquet": (write_parquet_source(tmp_path), {"label": "label"}),
+            "hdf5": (write_hdf5_source(tmp_path), {"label": "y"})}
 
 
 @pytest.mark.parametrize("compression", [None, "gzip"])
-@pytest.mark.parametrize("kind", ["images", "numpy", "csv"])
+@pytest.mark.parametrize("kind", ["images", "numpy", "csv", "parquet", "hdf5"])
 def test_shards_are_byte_identical_to_the_tensorflow_writer_path(tmp_path, monkeypatch, kind,
                                                                  compression):
     src, options = _sources(tmp_path)[kind]
@@ -86,6 +90,8 @@ def test_convert_verify_inspect_run_with_tensorflow_unimportable(tmp_path):
             args += ["--compression", "gzip"]
         run = _run(args, env, tmp_path)
         assert run.returncode == 0, run.stderr
+        if kind in ("parquet", "hdf5"):
+            continue  # verify and inspect read shards alike whatever their source
         run = _run(["verify", str(dst), "--json", "-q"], env, tmp_path)
         assert run.returncode == 0, run.stderr
         assert json.loads(run.stdout)["ok"]
@@ -97,6 +103,8 @@ def test_convert_verify_inspect_run_with_tensorflow_unimportable(tmp_path):
     assert len(parse_with_tensorflow(tmp_path / "out-images")) == tfopt.inspect(
         tmp_path / "out-images", fast=True).num_records
     assert tfopt.verify(tmp_path / "out-csv").ok
+    assert len(parse_with_tensorflow(tmp_path / "out-parquet")) == 80
+    assert len(parse_with_tensorflow(tmp_path / "out-hdf5")) == 70
 
 
 def test_a_gif_needs_tensorflow_only_in_the_process_that_meets_it(tmp_path):

@@ -15,9 +15,9 @@ def test_source_messages_name_what_was_looked_for(tmp_path):
         tfopt.convert(folder, tmp_path / "out", workers=1)
     assert ".npy" in str(error.value) and "SRC/<class>/<image>" in str(error.value)
     assert "readme.txt" in str(error.value)
-    unknown = tmp_path / "data.parquet"
-    unknown.write_bytes(b"PAR1")
-    with pytest.raises(tfopt.SourceError, match=r"\.csv or \.tsv"):
+    unknown = tmp_path / "data.feather"
+    unknown.write_bytes(b"ARROW1")
+    with pytest.raises(tfopt.SourceError, match=r"\.csv, \.tsv, \.parquet or \.h5 file"):
         tfopt.convert(unknown, tmp_path / "out", workers=1)
     images = tmp_path / "images" / "cat"
     images.mkdir(parents=True)

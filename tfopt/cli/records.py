@@ -66,9 +66,12 @@ def demo_data(dst, count, classes, seed, kind, min_size, max_size, workers, over
 @click.command("convert")
 @click.argument("src", type=click.Path())
 @click.argument("dst", type=click.Path(file_okay=False))
-@click.option("--from", "source_format", type=click.Choice(["images", "numpy", "csv"]),
+@click.option("--from", "source_format",
+              type=click.Choice(["images", "numpy", "csv", "parquet", "hdf5"]),
               help="Source kind [default: detected from SRC].")
-@click.option("--label", help="CSV column or NumPy array holding the label.")
+@click.option("--label", help="Column (CSV, Parquet), array (NumPy) or dataset (HDF5) holding "
+                              "the label.")
+@click.option("--group", help="HDF5: the group whose datasets are converted [default: the root].")
 @click.option("--shard-size", type=ByteSize(), default="128MiB", show_default=True,
               help="Target shard size, e.g. 64MB.")
 @click.option("--shards", type=int, help="Number of training shards (overrides --shard-size).")
@@ -99,7 +102,7 @@ def demo_data(dst, count, classes, seed, kind, min_size, max_size, workers, over
 @_quiet
 @_json
 def convert(src, dst, quiet, as_json, **options):
-    """Convert an image folder, NumPy arrays or a CSV file into sharded TFRecords."""
+    """Convert an image folder, NumPy arrays, CSV, Parquet or HDF5 into sharded TFRecords."""
     from tfopt.records.convert.options import ConvertOptions
     from tfopt.records.convert.pool import Terminated
 

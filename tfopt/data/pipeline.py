@@ -316,7 +316,11 @@ class PipelineBuilder:
         spec = self._parse_spec()
         parsed = tf.io.parse_example(serialized, spec)
         for feature in self.source.features:
-            if feature.raw_dtype and feature.name in parsed:
+            if feature.raw_dtype and feature.name in parsed and feature.raw_shape is None:
+                ragged = _ragged_from_raw(parsed[feature.name],
+                                          tf.dtypes.as_dtype(feature.raw_dtype))
+                parsed[feature.name] = ragged.to_tensor() if self.plan.pad_ragged else ragged
+            elif feature.raw_dtype and feature.name in parsed:
                 values = tf.io.decode_raw(parsed[feature.name], tf.dtypes.as_dtype(feature.raw_dtype),
                                           little_endian=True)
                 parsed[feature.name] = tf.reshape(values, [-1, *feature.raw_shape])
@@ -400,6 +404,15 @@ def _with_index(fn, has_label):
     if has_label:
         return lambda index, element: (fn(index, element[0]), element[1])
     return fn
+
+
+def _ragged_from_raw(raw: tf.Tensor, dtype: tf.DType) -> tf.RaggedTensor:
+    """A batch of variable-length lists stored as their bytes (one string per example, e.g. a
+    Parquet list of float64): ``decode_raw`` takes strings of one length only, so the batch's
+    strings are joined, decoded at once and cut back into rows by their lengths."""
+    lengths = tf.strings.length(raw) // dtype.size
+    values = tf.io.decode_raw(tf.strings.reduce_join(raw), dtype, little_endian=True)
+    return tf.RaggedTensor.from_row_lengths(values, tf.cast(lengths, tf.int64))
 
 
 def _feature_spec(feature: ParsedFeature):

@@ -60,7 +60,8 @@ class ParsedFeature:
         kind: The stored list type (bytes, int64 or float).
         shape: Per-example shape in the record; None for variable length (ragged).
         raw_dtype: For raw-bytes arrays, the NumPy dtype to decode into, else None.
-        raw_shape: For raw-bytes arrays, the per-example array shape.
+        raw_shape: For raw-bytes arrays, the per-example array shape; None for a
+            variable-length list stored as its bytes (decoded into a ragged batch).
         value_dtype: For numbers stored in an int64 or float list, the source's narrower
             NumPy dtype (int8-uint32, float16, bool) to cast back to, else None.
     """

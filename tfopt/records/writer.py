@@ -136,7 +136,7 @@ def write_shard(task: ShardTask, folder: Path, report=None, should_stop=None) ->
         tfopt.SourceError: A bad item, unless ``task.skip_bad``.
         Cancelled: ``should_stop`` asked to stop.
     """
-    read = open_reader(task.source_kind, task.reader_config)
+    read = open_reader(task.source_kind, task.reader_config, task.items)
     encode = example_encoder(task.features)
     final = Path(folder) / task.file
     skipped: list[SkippedItem] = []
@@ -157,7 +157,9 @@ def write_shard(task: ShardTask, folder: Path, report=None, should_stop=None) ->
                 else:
                     writer.write(encode(values))
                     written += 1
-                    if IMAGE_FORMAT_KEY in values:
+                    # an image folder's records carry their format; a table's column may
+                    # have that name and hold anything
+                    if task.source_kind is SourceKind.IMAGES:
                         formats[values[IMAGE_FORMAT_KEY].decode()] += 1
                 pending_report += 1
                 if report is not None and pending_report >= PROGRESS_EVERY:

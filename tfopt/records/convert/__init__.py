@@ -1,4 +1,5 @@
-"""``convert``: raw data (image folders, NumPy arrays, CSV) into verified, sharded TFRecords.
+"""``convert``: raw data (image folders, NumPy arrays, CSV, Parquet, HDF5) into verified,
+sharded TFRecords.
 
 The steps, one module each: check and lock the output folder (:mod:`.output`), scan the source
 (:mod:`tfopt.records.sources`), plan the shards (:mod:`.plan`), write them in parallel
@@ -50,11 +51,13 @@ logger = logging.getLogger("tfopt")
 
 def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool | None = False,
             **option_values) -> ConvertResult:
-    """Convert an image folder, NumPy arrays or a CSV file into a sharded TFRecord dataset.
+    """Convert an image folder, NumPy arrays, a CSV, Parquet or HDF5 file into a sharded
+    TFRecord dataset.
 
     Args:
         src: An image folder ``SRC/<class>/<image>``, a ``.npz``/``.npy`` file or a folder of
-            ``.npy`` files, or a ``.csv`` file with a header row.
+            ``.npy`` files, a ``.csv`` file with a header row, a ``.parquet`` file or a folder
+            of Parquet part files, or an ``.h5`` file (``group`` picks its group).
         dst: The dataset folder to write (created if missing).
         options: A :class:`ConvertOptions`; or pass its fields as keyword arguments.
         progress: Draw a progress bar on stderr: True, False, or None for "when stderr is a
@@ -101,7 +104,7 @@ def _convert(src: Path, dst: Path, options: ConvertOptions, progress) -> Convert
     workers = options.workers if options.workers is not None else usable_cores()
     scanned = scan_source(src, kind, label=options.label, skip_bad=skip_bad,
                           max_size=options.max_size, quality=options.quality, check=options.check,
-                          max_pixels=options.max_pixels)
+                          max_pixels=options.max_pixels, group=options.group)
     _advise_max_size(scanned, options)
     tasks = plan_shards(scanned, options)
     fingerprint = plan_fingerprint(scanned, options, tasks)
@@ -220,7 +223,7 @@ def _build_manifest(scanned: ScannedSource, options, tasks, results: dict, src: 
     if sum(result.num_records for result in results.values()) == 0:
         raise DatasetError(f"{src}: every item was skipped; nothing to write")
     features = scanned.features
-    if scanned.image_key is not None:
+    if scanned.kind is SourceKind.IMAGES:  # the formats met decide the encoding
         encoding = Encoding(next(iter(formats))) if len(formats) == 1 else Encoding.IMAGE
         features = [spec.replace(encoding=encoding) if spec.name == scanned.image_key else spec
                     for spec in features]

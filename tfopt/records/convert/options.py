@@ -52,11 +52,11 @@ class ConvertOptions:
     """How ``convert`` turns a source into shards.
 
     Attributes:
-        source_format: ``"images"``, ``"numpy"`` or ``"csv"``. Defaults to detecting it from
-            the source path.
-        label: The CSV column or NumPy array holding the label: integers (class indices),
-            text (class names) or floats (regression targets). Defaults to a column or array
-            named label, labels, class, target or y, if there is one.
+        source_format: ``"images"``, ``"numpy"``, ``"csv"``, ``"parquet"`` or ``"hdf5"``.
+            Defaults to detecting it from the source path.
+        label: The column (CSV, Parquet), array (NumPy) or dataset (HDF5) holding the label:
+            integers (class indices), text (class names) or floats (regression targets).
+            Defaults to one named label, labels, class, target or y, if there is one.
         shard_size: Target shard size in bytes. Defaults to 128 MiB.
         shards: Number of training shards, overriding ``shard_size``. Defaults to None.
         seed: Seed of the shuffle before sharding and of the validation split. Defaults to 0.
@@ -88,6 +88,8 @@ class ConvertOptions:
             Defaults to False.
         resume: Finish an interrupted conversion into the same folder, an interrupted
             ``overwrite`` included. Defaults to False.
+        group: The group of an HDF5 file whose datasets are converted, e.g. ``"train"``.
+            Defaults to None: the file's root group.
 
     Raises:
         tfopt.InvalidArgumentError: A field of the wrong type or out of range (the message
@@ -110,6 +112,7 @@ class ConvertOptions:
     on_error: str = OnError.RAISE.value
     overwrite: bool = False
     resume: bool = False
+    group: str | None = None
 
     def __post_init__(self):
         set_field = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
@@ -119,7 +122,9 @@ class ConvertOptions:
         set_field("on_error", choice(OnError, self.on_error, "on_error").value)
         set_field("check", choice(ImageCheck, self.check, "check").value)
         require(self.label is None or isinstance(self.label, str), "label", self.label,
-                "the name of a CSV column or NumPy array, or None")
+                "the name of a column (CSV, Parquet), array (NumPy) or dataset (HDF5), or None")
+        require(self.group is None or (isinstance(self.group, str) and self.group != ""),
+                "group", self.group, "the name of a group in an HDF5 file, or None for its root")
         # NumPy's generators take no negative seeds (a ValueError deep in the shuffle otherwise)
         set_field("seed", whole_number(self.seed, "seed", 0))
         set_field("shard_size", whole_number(self.shard_size, "shard_size", 1,

@@ -1,8 +1,10 @@
 """Shard planning: shuffle with the seed, split off validation, cut into shard tasks.
 
 The validation split is stratified by class; with float labels (regression targets, no
-classes) it is a plain seeded random split. :func:`plan_fingerprint` hashes everything that
-decides the output, so that ``--resume`` refuses a different job.
+classes) it is a plain seeded random split. Sources stored in blocks (Parquet row groups, HDF5
+chunks) are shuffled by block and within each block, so that a shard draws on few blocks.
+:func:`plan_fingerprint` hashes everything that decides the output, so that ``--resume``
+refuses a different job.
 
 Example:
     >>> tasks = plan_shards(scan_source(src, SourceKind.IMAGES, label=None, skip_bad=False),
@@ -39,7 +41,7 @@ def plan_shards(scanned: ScannedSource, options: ConvertOptions) -> list[ShardTa
     """Shuffle, split and cut the items into shard tasks; deterministic for a given seed."""
     count = len(scanned.items)
     rng = np.random.default_rng(options.seed)
-    order = rng.permutation(count)
+    order = _shuffled(scanned, rng)
     in_validation = np.zeros(count, dtype=bool)
     if options.val_fraction > 0 and count < 2:
         raise InvalidArgumentError(
@@ -131,6 +133,24 @@ def _class_name(scanned: ScannedSource, label: int) -> str:
     return repr(names[label]) if names is not None and 0 <= label < len(names) else f"label {label}"
 
 
+def _shuffled(scanned: ScannedSource, rng: np.random.Generator) -> np.ndarray:
+    """Item positions in shuffled order.
+
+    Where reading one row means reading its block (``scanned.blocks``), the blocks come in a
+    random order and the rows of each block in a random order after one another: a shard then
+    holds the rows of a few neighbouring blocks in this order, so each block is read by one
+    or two shards instead of by every shard, and a shard's reader holds one block's rows at
+    a time. The pipeline's interleave of shards and shuffle buffer mix across blocks.
+    """
+    count = len(scanned.items)
+    if scanned.blocks is None:
+        return rng.permutation(count)
+    block_of = np.searchsorted(scanned.blocks, scanned.items, side="right") - 1
+    block_rank = np.empty(len(scanned.blocks), dtype=np.int64)
+    block_rank[rng.permutation(len(scanned.blocks))] = np.arange(len(scanned.blocks))
+    return np.lexsort((rng.random(count), block_rank[block_of]))
+
+
 def _shard_count(split, indices, splits, item_bytes, options) -> int:
     if options.shards is not None:
         wanted = options.shards if split == TRAIN else max(
@@ -148,6 +168,8 @@ _STAMPED_FILES = {
     SourceKind.IMAGES: lambda config: [],
     SourceKind.NUMPY: lambda config: sorted({ref["file"] for ref in config["refs"]}),
     SourceKind.CSV: lambda config: [config["path"]],
+    SourceKind.PARQUET: lambda config: config["files"],
+    SourceKind.HDF5: lambda config: [config["path"]],
 }
 
 

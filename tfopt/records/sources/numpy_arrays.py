@@ -135,31 +135,39 @@ def _npy_ref(path: Path) -> _ArrayRef:
 
 def _array_feature(ref: _ArrayRef, where: str) -> FeatureSpec:
     """Choose how an array's per-example slices are stored."""
-    dtype = np.dtype(ref.dtype)
-    example_shape = list(ref.shape[1:])
-    size = math.prod(example_shape)
+    return array_feature(ref.key, np.dtype(ref.dtype), list(ref.shape[1:]), where)
+
+
+def array_feature(name: str, dtype: np.dtype, example_shape: list[int] | None,
+                  where: str) -> FeatureSpec:
+    """How values of ``dtype`` and per-example shape ``example_shape`` are stored.
+
+    The rule of NumPy arrays, and of the table sources' columns (Parquet, HDF5), whose values
+    are NumPy arrays once read. ``example_shape`` None is a variable-length list.
+    """
+    size = math.prod(example_shape) if example_shape is not None else None
     if dtype.kind == "O":
         raise SourceError(
             where, "holds Python objects (a pickled object array); tfopt never unpickles input. "
             "Save numbers or strings instead (e.g. np.asarray(x, dtype=str))"
         )
     if dtype.kind == "U":
-        return FeatureSpec(ref.key, FeatureKind.BYTES, "string", example_shape, Encoding.TEXT)
+        return FeatureSpec(name, FeatureKind.BYTES, "string", example_shape, Encoding.TEXT)
     if dtype.kind == "S":
-        return FeatureSpec(ref.key, FeatureKind.BYTES, "bytes", example_shape, Encoding.BYTES)
+        return FeatureSpec(name, FeatureKind.BYTES, "bytes", example_shape, Encoding.BYTES)
     if dtype.kind in "biu":
         # one byte per value as raw bytes beats a varint list 2-4x in size and parse time
-        if dtype.itemsize == 1 and size > 1:
-            return FeatureSpec(ref.key, FeatureKind.BYTES, dtype.name, example_shape, Encoding.RAW)
+        if dtype.itemsize == 1 and (size is None or size > 1):
+            return FeatureSpec(name, FeatureKind.BYTES, dtype.name, example_shape, Encoding.RAW)
         # uint64 too goes into the int64 list (tf.io.decode_raw has no uint64 to read raw bytes
         # back); _check_uint64 refuses the values beyond int64 that the list would wrap
-        return FeatureSpec(ref.key, FeatureKind.INT64, dtype.name, example_shape, Encoding.VALUES)
+        return FeatureSpec(name, FeatureKind.INT64, dtype.name, example_shape, Encoding.VALUES)
     if dtype.kind == "f":
         if dtype.itemsize <= 4:  # float16 and float32 are exact in a float list
-            return FeatureSpec(ref.key, FeatureKind.FLOAT, dtype.name, example_shape, Encoding.VALUES)
+            return FeatureSpec(name, FeatureKind.FLOAT, dtype.name, example_shape, Encoding.VALUES)
         if dtype.itemsize == 8:
             # float64 would lose precision in a float (32-bit) list: keep its bytes
-            return FeatureSpec(ref.key, FeatureKind.BYTES, dtype.name, example_shape, Encoding.RAW)
+            return FeatureSpec(name, FeatureKind.BYTES, dtype.name, example_shape, Encoding.RAW)
         raise SourceError(where, f"dtype {dtype.name} (long double) is wider than any float "
                           "TensorFlow reads; save it as float64 (x.astype(np.float64)), which "
                           "keeps 15-17 significant digits")
