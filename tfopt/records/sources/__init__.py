@@ -132,7 +132,7 @@ def detect_kind(src: Path) -> SourceKind:
     if any(entry.name.lower().endswith(".npy") and is_regular_file(entry.path)
            for entry in entries):
         return SourceKind.NUMPY
-    if any(entry.is_file() and entry.name.lower().endswith(PARQUET_SUFFIXES)
+    if any(entry.name.lower().endswith(PARQUET_SUFFIXES) and is_regular_file(entry.path)
            for entry in entries):
         return SourceKind.PARQUET  # part files, as Spark and pandas write them
     return SourceKind.IMAGES

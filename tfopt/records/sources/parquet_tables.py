@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import re
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from tfopt.records.schema import Encoding, FeatureKind, FeatureSpec
 from tfopt.records.sources import PARQUET_SUFFIXES, ScannedSource, SourceKind
 from tfopt.records.sources.labels import choose_label
 from tfopt.records.sources.numpy_arrays import array_feature
+from tfopt.records.sources.paths import UnreadableFile, is_folder, list_folder, path_problem
 from tfopt.records.sources.tables import (
     SNIFF_BYTES,
     BlockReader,
@@ -78,12 +78,20 @@ def _part_files(src: Path) -> list[Path]:
     if src.is_file():
         return [src]
     files, others, folders = [], [], []
-    for entry in sorted(os.scandir(src), key=lambda entry: entry.name):
+    try:
+        entries = list_folder(src)
+    except UnreadableFile as unreadable:
+        raise SourceError(src, unreadable.reason) from None
+    for entry in entries:  # sorted by name
         if entry.name.startswith((".", "_")):
             continue  # _SUCCESS, _metadata, _temporary/, .part-*.crc
-        if entry.is_dir():
+        if is_folder(entry.path):
             folders.append(entry.name)
         elif entry.name.lower().endswith(PARQUET_SUFFIXES):
+            # a pipe would block the open, a looping link raise: name it instead
+            problem = path_problem(entry.path)
+            if problem is not None:
+                raise SourceError(entry.path, problem)
             files.append(Path(entry.path))
         else:
             others.append(entry.name)
