@@ -1,0 +1,578 @@
+"""The hostile inputs: damaged and unusual images, NumPy files, CSV tables, shards, manifests
+and interrupted conversions, each written at test time, and the tfopt command it meets.
+
+Every case states what tfopt must do with it:
+
+- ``refuse``: exit 1 with one ``tfopt: error:`` line, and nothing written at the destination;
+- ``accept``: exit 0, and what it wrote verifies and reads back through TensorFlow;
+- ``either``: a refusal or an acceptance as above (inputs TensorFlow itself may or may not
+  take, where the promise is only "no crash, no unusable dataset");
+- ``reject``: a damaged dataset that ``verify`` must fail (exit 1), never "every check passed".
+
+The corpus is the test: ``test_hostile_corpus.py`` runs every case in a real process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+KINDS = ("refuse", "accept", "either", "reject")
+
+
+@dataclass
+class Case:
+    name: str
+    argv: list[str]  # tfopt's arguments
+    expect: str  # one of KINDS
+    dst: Path | None = None  # the dataset folder a convert writes
+    records: int | None = None  # the records an accepted dataset must hold
+    env: dict = field(default_factory=dict)
+    kill_after_s: float | None = None  # SIGKILL the command this long after it starts
+    then: list[list[str]] = field(default_factory=list)  # commands run after it, all exit 0
+
+
+# --- images -------------------------------------------------------------------------------
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return (struct.pack(">I", len(data)) + kind + data
+            + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+
+
+def png_of(width: int, height: int, *, color_type: int = 0, bit_depth: int = 8,
+           row_fill: int = 0) -> bytes:
+    """A valid PNG of one colour, of any size (deflated rows of one value are tiny)."""
+    channels = {0: 1, 2: 3, 4: 2, 6: 4}[color_type]
+    row = b"\0" + bytes([row_fill]) * (width * channels * bit_depth // 8)
+    deflate = zlib.compressobj(6)
+    stream = b"".join(deflate.compress(row) for _ in range(height)) + deflate.flush()
+    header = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header) + _png_chunk(b"IDAT", stream)
+            + _png_chunk(b"IEND", b""))
+
+
+def _sof_offset(jpeg: bytes) -> int:
+    """Where the first start-of-frame marker (FFC0-FFCF but DHT, JPG, DAC) is."""
+    at = 2
+    while at < len(jpeg):
+        marker = jpeg[at + 1]
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            return at
+        at += 2 + struct.unpack(">H", jpeg[at + 2:at + 4])[0]
+    raise ValueError("no SOF marker")
+
+
+def jpeg_with(jpeg: bytes, *, marker: int | None = None, precision: int | None = None,
+              height: int | None = None, width: int | None = None) -> bytes:
+    """A JPEG with its frame header edited: SOF type, sample precision or stated size."""
+    data = bytearray(jpeg)
+    at = _sof_offset(jpeg)
+    if marker is not None:
+        data[at + 1] = marker
+    if precision is not None:
+        data[at + 4] = precision
+    if height is not None:
+        data[at + 5:at + 7] = struct.pack(">H", height)
+    if width is not None:
+        data[at + 7:at + 9] = struct.pack(">H", width)
+    return bytes(data)
+
+
+def bmp_of(width: int, height: int) -> bytes:
+    row_bytes = (width * 3 + 3) // 4 * 4
+    rows = bytes(row_bytes * height)
+    header = struct.pack("<2sIHHI", b"BM", 54 + len(rows), 0, 0, 54)
+    info = struct.pack("<IiiHHIIiiII", 40, width, height, 1, 24, 0, len(rows), 2835, 2835, 0, 0)
+    return header + info + rows
+
+
+GIF_1X1 = (b"GIF89a\x01\x00\x01\x00\x80\x00\x00\xff\xff\xff\x00\x00\x00!\xf9\x04\x01\x00\x00\x00"
+           b"\x00,\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;")
+
+
+def hostile_images(jpeg: bytes, png: bytes) -> dict[str, tuple[str, object, str]]:
+    """name -> (file name in class folder "a", bytes or a special-file maker, expectation)."""
+    huge_gray_png = png_of(20000, 20000)  # 400 MB of grey decodes to 1.2 GB of RGB
+    return {
+        "empty_jpeg": ("empty.jpg", b"", "refuse"),
+        "text_as_jpeg": ("notes.jpg", b"not an image at all\n", "refuse"),
+        "truncated_jpeg": ("cut.jpg", jpeg[: len(jpeg) // 2], "refuse"),
+        "jpeg_soi_eoi_only": ("bare.jpg", b"\xff\xd8\xff\xd9", "refuse"),
+        "jpeg_garbage_after_soi": ("junk.jpg", b"\xff\xd8" + os.urandom(300), "refuse"),
+        "jpeg_claims_60000px": ("claims.jpg", jpeg_with(jpeg, height=60000, width=60000),
+                                "refuse"),
+        "jpeg_claims_zero_height": ("zero.jpg", jpeg_with(jpeg, height=0), "refuse"),
+        "jpeg_12_bit": ("twelve.jpg", jpeg_with(jpeg, precision=12), "refuse"),
+        "jpeg_lossless_sof3": ("lossless.jpg", jpeg_with(jpeg, marker=0xC3), "refuse"),
+        "jpeg_arithmetic_sof9": ("arith.jpg", jpeg_with(jpeg, marker=0xC9), "either"),
+        "jpeg_hierarchical_sof5": ("hier.jpg", jpeg_with(jpeg, marker=0xC5), "refuse"),
+        "jpeg_flipped_bytes": ("flipped.jpg", _flip(jpeg, len(jpeg) // 2, 40), "either"),
+        "jpeg_trailing_garbage": ("tail.jpg", jpeg + os.urandom(64), "either"),
+        "png_bad_crc": ("crc.png", png[:-5] + bytes([png[-5] ^ 0xFF]) + png[-4:], "refuse"),
+        "png_truncated": ("cut.png", png[: len(png) - 20], "refuse"),
+        "png_signature_only": ("sig.png", png[:8], "refuse"),
+        "png_20000px_one_colour": ("huge.png", huge_gray_png, "refuse"),
+        "png_16_bit": ("deep.png", png_of(30, 20, color_type=2, bit_depth=16), "either"),
+        "png_grey_alpha": ("ga.png", png_of(30, 20, color_type=4), "accept"),
+        "png_rgba": ("rgba.png", png_of(30, 20, color_type=6, row_fill=200), "accept"),
+        "png_as_jpg_name": ("really_png.jpg", png, "either"),
+        "gif_1x1": ("tiny.gif", GIF_1X1, "either"),
+        "gif_truncated": ("cut.gif", GIF_1X1[:20], "refuse"),
+        "bmp_valid": ("plain.bmp", bmp_of(24, 16), "either"),
+        "bmp_claims_huge": ("big.bmp", bmp_of(24, 16)[:18] + struct.pack("<ii", 60000, 60000)
+                            + bmp_of(24, 16)[26:], "refuse"),
+        "fifo_named_jpeg": ("pipe.jpg", os.mkfifo, "refuse"),
+        "symlink_to_itself": ("loop.jpg", "self-link", "refuse"),
+        "dangling_symlink": ("gone.jpg", "dangling-link", "refuse"),
+        "folder_named_jpeg": ("folder.jpg", "folder", "either"),
+        "unicode_file_name": ("ünï çødé 图.jpg", jpeg, "accept"),
+        "newline_in_file_name": ("two\nlines.jpg", jpeg, "accept"),
+        "hidden_file": (".DS_Store", b"\0\0\0\1Bud1", "accept"),
+        "unreadable_file": ("locked.jpg", "unreadable", "refuse"),
+    }
+
+
+def _flip(data: bytes, at: int, count: int) -> bytes:
+    out = bytearray(data)
+    for i in range(at, min(at + count, len(out))):
+        out[i] ^= 0x5A
+    return bytes(out)
+
+
+def _place(folder: Path, name: str, content) -> None:
+    path = folder / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is os.mkfifo:
+        os.mkfifo(path)
+    elif content == "self-link":
+        path.symlink_to(path.name)
+    elif content == "dangling-link":
+        path.symlink_to("no-such-file.jpg")
+    elif content == "folder":
+        path.mkdir()
+    elif content == "unreadable":
+        path.write_bytes(b"\xff\xd8\xff\xd9")
+        path.chmod(0)
+    else:
+        raise ValueError(content)
+
+
+def good_image_folder(root: Path, jpeg: bytes, per_class: int = 2) -> Path:
+    for name in ("a", "b"):
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            (root / name / f"good{i}.jpg").write_bytes(jpeg)
+    return root
+
+
+def image_cases(root: Path, jpeg: bytes, png: bytes) -> list[Case]:
+    cases = []
+    running_as_root = os.geteuid() == 0
+    for name, (file_name, content, expect) in hostile_images(jpeg, png).items():
+        if content == "unreadable" and running_as_root:
+            continue  # root reads a chmod-000 file: not hostile there
+        # a skip only changes what happens to a refused file
+        for mode in ("raise", "skip") if expect != "accept" else ("raise",):
+            src = good_image_folder(root / f"{name}-{mode}" / "src", jpeg)
+            _place(src / "a", file_name, content)
+            dst = src.parent / "dst"
+            # a skip turns a refusal into an acceptance of the good images (and the hidden file
+            # is ignored either way)
+            if mode == "skip":
+                expect_here, records = ("accept", 4) if expect == "refuse" else (expect, None)
+            else:
+                expect_here, records = expect, None
+            if expect_here == "accept" and records is None:
+                records = 5 if name not in ("hidden_file",) else 4
+            cases.append(Case(f"image/{name}/{mode}",
+                              ["convert", str(src), str(dst), "-q", "--workers", "1",
+                               "--on-error", mode],
+                              expect_here, dst=dst, records=records))
+    return cases
+
+
+def source_cases(root: Path, jpeg: bytes) -> list[Case]:
+    """Whole sources and destinations that are not what convert expects."""
+    cases = []
+
+    def case(name, src, expect, dst=None, extra=()):
+        dst = dst if dst is not None else root / name / "dst"
+        cases.append(Case(f"source/{name}", ["convert", str(src), str(dst), "-q",
+                                             "--workers", "1", *extra], expect, dst=dst))
+
+    (root / "self_link").mkdir(parents=True)
+    (root / "self_link" / "src").symlink_to("src")
+    case("self_referential_source", root / "self_link" / "src", "refuse")
+    case("dev_zero", "/dev/zero", "refuse")
+    case("missing_source", root / "nowhere", "refuse")
+    (root / "empty_folder" / "src").mkdir(parents=True)
+    case("empty_folder", root / "empty_folder" / "src", "refuse")
+    one_class = root / "one_class" / "src" / "only"
+    one_class.mkdir(parents=True)
+    (one_class / "x.jpg").write_bytes(jpeg)
+    case("one_class_one_image", one_class.parent, "either")
+    src = good_image_folder(root / "class_link_loop" / "src", jpeg)
+    (src / "loop").symlink_to("loop")
+    case("class_symlink_to_itself", src, "refuse")
+    src = good_image_folder(root / "dst_is_file" / "src", jpeg)
+    (src.parent / "file").write_text("I am a file\n")
+    case("destination_is_a_file", src, "refuse", dst=src.parent / "file")
+    src = good_image_folder(root / "dst_inside" / "src", jpeg)
+    case("destination_inside_source", src, "either", dst=src / "a" / "out")
+    src = good_image_folder(root / "bad_fraction" / "src", jpeg)
+    case("val_fraction_one", src, "refuse", extra=("--val-fraction", "1"))
+    case("val_fraction_negative", src, "refuse", extra=("--val-fraction", "-0.1"))
+    case("val_fraction_nan", src, "refuse", extra=("--val-fraction", "nan"))
+    case("shard_size_zero", src, "refuse", extra=("--shard-size", "0"))
+    case("shards_negative", src, "refuse", extra=("--shards", "-3"))
+    case("max_size_zero", src, "refuse", extra=("--max-size", "0"))
+    case("quality_300", src, "refuse", extra=("--max-size", "8", "--quality", "300"))
+    # nothing to resume: a fresh conversion is as good as a refusal
+    case("resume_without_journal", src, "either", extra=("--resume",))
+    if os.geteuid() != 0:
+        src = good_image_folder(root / "locked_class" / "src", jpeg)
+        (src / "b").chmod(0)
+        case("unreadable_class_folder", src, "refuse")
+        src = good_image_folder(root / "locked_dst" / "src", jpeg)
+        (src.parent / "dst").mkdir()
+        (src.parent / "dst" / "old.txt").write_text("mine\n")
+        (src.parent / "dst").chmod(0o500)
+        case("unwritable_destination", src, "refuse", dst=src.parent / "dst",
+             extra=("--overwrite",))
+    existing = good_image_folder(root / "dst_exists" / "src", jpeg)
+    (existing.parent / "dst").mkdir()
+    (existing.parent / "dst" / "precious.txt").write_text("keep me\n")
+    case("destination_not_empty", existing, "refuse", dst=existing.parent / "dst")
+    return cases
+
+
+# --- NumPy and CSV -------------------------------------------------------------------------
+
+def numpy_cases(root: Path) -> list[Case]:
+    cases = []
+    rng = np.random.default_rng(3)
+
+    def case(name, writer, expect, label="y", records=None):
+        folder = root / name
+        folder.mkdir(parents=True)
+        src = writer(folder)
+        cases.append(Case(f"numpy/{name}", ["convert", str(src), str(folder / "dst"), "-q",
+                                            "--workers", "1", "--label", label],
+                          expect, dst=folder / "dst", records=records))
+
+    def npz(**arrays):
+        def write(folder):
+            np.savez(folder / "data.npz", **arrays)
+            return folder / "data.npz"
+        return write
+
+    x = rng.normal(size=(12, 3)).astype(np.float32)
+    y = np.arange(12) % 3
+    case("valid", npz(x=x, y=y), "accept", records=12)
+    case("object_array", npz(x=np.array([[1], "a", None] * 4, dtype=object), y=y), "refuse")
+    case("lengths_disagree", npz(x=x[:7], y=y), "refuse")
+    case("missing_label", npz(x=x, z=y), "refuse")
+    case("nan_in_features", npz(x=np.full((12, 3), np.nan, np.float32), y=y), "either",
+         records=12)
+    case("float_labels", npz(x=x, y=y + 0.5), "either", records=12)
+    case("zero_dimensional", npz(x=np.float32(3), y=np.int64(1)), "refuse")
+    case("zero_rows", npz(x=x[:0], y=y[:0]), "refuse")
+    case("complex_values", npz(x=x.astype(np.complex64), y=y), "refuse")
+    case("structured_dtype", npz(x=np.zeros(12, dtype=[("a", "i4"), ("b", "f4")]), y=y),
+         "refuse")
+    case("unicode_strings", npz(x=np.array([f"s{i} é" for i in range(12)]), y=y), "accept",
+         records=12)
+    case("fortran_order", npz(x=np.asfortranarray(rng.normal(size=(12, 4))), y=y), "accept",
+         records=12)
+    case("uint64_over_int64", npz(x=np.full(12, 2**63 + 5, np.uint64), y=y), "refuse")
+
+    def truncated(folder):
+        np.save(folder / "x.npy", x)
+        np.save(folder / "y.npy", y)
+        raw = (folder / "x.npy").read_bytes()
+        (folder / "x.npy").write_bytes(raw[: len(raw) - 10])
+        return folder
+    case("truncated_npy", truncated, "refuse")
+
+    def not_npy(folder):
+        (folder / "x.npy").write_text("hello")
+        np.save(folder / "y.npy", y)
+        return folder
+    case("text_named_npy", not_npy, "refuse")
+
+    def pickled(folder):
+        np.save(folder / "x.npy", np.array([{"a": 1}] * 12, dtype=object), allow_pickle=True)
+        np.save(folder / "y.npy", y)
+        return folder
+    case("pickled_npy", pickled, "refuse")
+
+    def huge_header(folder):
+        np.save(folder / "y.npy", y)
+        header = "{'descr': '<f4', 'fortran_order': False, 'shape': (12, 3), }"
+        header += " " * (70000 - len(header)) + "\n"
+        (folder / "x.npy").write_bytes(b"\x93NUMPY\x02\x00" + struct.pack("<I", len(header))
+                                       + header.encode() + x.tobytes())
+        return folder
+    case("huge_npy_header", huge_header, "either", records=12)
+
+    def shape_lies(folder):
+        np.save(folder / "y.npy", y)
+        header = "{'descr': '<f4', 'fortran_order': False, 'shape': (12, 3000000), }"
+        header += " " * (118 - len(header)) + "\n"
+        (folder / "x.npy").write_bytes(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header))
+                                       + header.encode() + x.tobytes())
+        return folder
+    case("npy_shape_claims_more_than_file", shape_lies, "refuse")
+
+    def corrupt_zip(folder):
+        np.savez(folder / "data.npz", x=x, y=y)
+        raw = bytearray((folder / "data.npz").read_bytes())
+        raw[60:90] = bytes(30)
+        (folder / "data.npz").write_bytes(bytes(raw))
+        return folder / "data.npz"
+    case("damaged_npz", corrupt_zip, "refuse")
+    return cases
+
+
+def csv_cases(root: Path) -> list[Case]:
+    cases = []
+
+    def case(name, text, expect, label="label", records=None, raw: bytes | None = None):
+        folder = root / name
+        folder.mkdir(parents=True)
+        src = folder / "table.csv"
+        src.write_bytes(raw if raw is not None else text.encode())
+        cases.append(Case(f"csv/{name}", ["convert", str(src), str(folder / "dst"), "-q",
+                                          "--workers", "1", "--label", label],
+                          expect, dst=folder / "dst", records=records))
+
+    rows = "".join(f"{i},{i * 0.5},name {i},{'ab'[i % 2]}\n" for i in range(10))
+    header = "n,x,s,label\n"
+    case("valid", header + rows, "accept", records=10)
+    case("empty_number_cell", header + rows + "10,,s,a\n", "accept", records=11)  # NaN
+    case("empty_label_cell", header + rows + "10,1.0,s,\n", "refuse")
+    case("ragged_row", header + rows + "10,1.0\n", "refuse")
+    case("extra_field", header + rows + "10,1.0,s,a,surplus\n", "refuse")
+    case("missing_label_column", header + rows, "refuse", label="nope")
+    case("header_only", header, "refuse")
+    case("empty_file", "", "refuse")
+    case("duplicate_header", "n,n,s,label\n" + rows, "refuse")
+    case("not_utf8", None, "refuse", raw=(header + rows).encode() + b"11,1.0,\xff\xfe,a\n")
+    case("byte_order_mark", "\ufeff" + header + rows, "accept", records=10)
+    case("nul_byte", header + rows + "10,1.0,a\0b,a\n", "either")
+    case("quoted_newline", header + rows + '10,1.0,"two\nlines",a\n', "accept", records=11)
+    case("unterminated_quote", header + rows + '10,1.0,"open,a\n', "refuse")
+    case("crlf_line_ends", (header + rows).replace("\n", "\r\n"), "accept", records=10)
+    case("huge_field", header + rows + f"10,1.0,{'x' * 2_000_000},a\n", "either")
+    case("int_overflow", header + rows + f"10{'9' * 30},1.0,s,a\n", "either")
+    case("binary_garbage", None, "refuse", raw=bytes(range(256)) * 40)
+    return cases
+
+
+def table_cases(root: Path) -> list[Case]:
+    """Parquet and HDF5 files (tfopt[parquet], tfopt[hdf5]: both in the test extra)."""
+    import h5py
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cases = []
+
+    def case(name, writer, expect, records=None, extra=()):
+        folder = root / name
+        folder.mkdir(parents=True)
+        src = writer(folder)
+        cases.append(Case(f"table/{name}", ["convert", str(src), str(folder / "dst"), "-q",
+                                            "--workers", "1", "--label", "y", *extra],
+                          expect, dst=folder / "dst", records=records))
+
+    def parquet(table, name="data.parquet"):
+        def write(folder):
+            pq.write_table(table, folder / name, row_group_size=4)
+            return folder / name
+        return write
+
+    y = pa.array([i % 2 for i in range(10)], pa.int64())
+    good = pa.table({"x": pa.array([float(i) for i in range(10)]), "y": y})
+    case("parquet_valid", parquet(good), "accept", records=10)
+    case("parquet_null_value", parquet(pa.table({"x": pa.array([1.0, None] * 5), "y": y})),
+         "refuse")
+    case("parquet_null_value_skipped",
+         parquet(pa.table({"x": pa.array([1.0, None] * 5), "y": y})), "accept", records=5,
+         extra=("--on-error", "skip"))
+    case("parquet_struct_column", parquet(pa.table({
+        "x": pa.array([{"a": i} for i in range(10)]), "y": y})), "refuse")
+    case("parquet_zoned_timestamp", parquet(pa.table({
+        "x": pa.array(range(10), pa.timestamp("s", tz="Europe/Paris")), "y": y})), "refuse")
+    case("parquet_missing_label", parquet(pa.table({"x": pa.array(range(10))})), "refuse")
+    case("parquet_lists", parquet(pa.table({
+        "x": pa.array([list(range(i)) for i in range(10)]), "y": y})), "accept", records=10)
+
+    def truncated(folder):
+        pq.write_table(good, folder / "data.parquet")
+        raw = (folder / "data.parquet").read_bytes()
+        (folder / "data.parquet").write_bytes(raw[: len(raw) // 2])
+        return folder / "data.parquet"
+    case("parquet_truncated", truncated, "refuse")
+
+    def not_parquet(folder):
+        (folder / "data.parquet").write_text("x,y\n1,2\n")
+        return folder / "data.parquet"
+    case("parquet_not_parquet", not_parquet, "refuse")
+
+    def parts_disagree(folder):
+        pq.write_table(good, folder / "part-0.parquet")
+        pq.write_table(pa.table({"x": pa.array(["s"] * 10), "y": y}), folder / "part-1.parquet")
+        (folder / "_SUCCESS").write_text("")
+        return folder
+    case("parquet_parts_disagree", parts_disagree, "refuse")
+
+    def part_is_a_pipe(folder):
+        pq.write_table(good, folder / "part-0.parquet")
+        os.mkfifo(folder / "part-1.parquet")
+        return folder
+    case("parquet_part_is_a_pipe", part_is_a_pipe, "refuse")
+
+    def part_links_to_itself(folder):
+        pq.write_table(good, folder / "part-0.parquet")
+        (folder / "part-1.parquet").symlink_to("part-1.parquet")
+        return folder
+    case("parquet_part_links_to_itself", part_links_to_itself, "refuse")
+
+    def hdf5(**datasets):
+        def write(folder):
+            with h5py.File(folder / "data.h5", "w") as handle:
+                for key, value in datasets.items():
+                    handle[key] = value
+            return folder / "data.h5"
+        return write
+
+    x = np.arange(30, dtype=np.float32).reshape(10, 3)
+    case("hdf5_valid", hdf5(x=x, y=np.arange(10) % 2), "accept", records=10)
+    case("hdf5_lengths_disagree", hdf5(x=x[:6], y=np.arange(10) % 2), "refuse")
+    case("hdf5_missing_label", hdf5(x=x), "refuse")
+
+    def object_refs(folder):
+        with h5py.File(folder / "data.h5", "w") as handle:
+            handle["y"] = np.arange(10) % 2
+            refs = handle.create_dataset("x", (10,), dtype=h5py.ref_dtype)
+            refs[0] = handle["y"].ref
+        return folder / "data.h5"
+    case("hdf5_reference_type", object_refs, "refuse")
+
+    def h5_truncated(folder):
+        hdf5(x=x, y=np.arange(10) % 2)(folder)
+        raw = (folder / "data.h5").read_bytes()
+        (folder / "data.h5").write_bytes(raw[: len(raw) // 3])
+        return folder / "data.h5"
+    case("hdf5_truncated", h5_truncated, "refuse")
+    return cases
+
+
+# --- damaged datasets ---------------------------------------------------------------------
+
+def damage_cases(root: Path, pristine: Path) -> list[Case]:
+    """A good dataset (``pristine``, one from ``convert``), damaged in one way per case: verify
+    must fail each with exit 1."""
+    cases = []
+
+    def case(name, damage, expect="reject"):
+        dataset = root / name
+        shutil.copytree(pristine, dataset, symlinks=True)
+        damage(dataset)
+        cases.append(Case(f"dataset/{name}", ["verify", str(dataset), "-q"], expect))
+
+    def shard(dataset):
+        return sorted(dataset.glob("train-*.tfrecord"))[0]
+
+    def manifest_edit(edit):
+        def damage(dataset):
+            path = dataset / "manifest.json"
+            data = json.loads(path.read_text())
+            edit(data)
+            path.write_text(json.dumps(data))
+        return damage
+
+    def flip(dataset):
+        path = shard(dataset)
+        path.write_bytes(_flip(path.read_bytes(), path.stat().st_size // 2, 4))
+    case("flipped_shard_bytes", flip)
+    case("truncated_shard", lambda d: os.truncate(shard(d), shard(d).stat().st_size - 7))
+    case("empty_shard", lambda d: os.truncate(shard(d), 0))
+    case("deleted_shard", lambda d: shard(d).unlink())
+
+    def huge_length(dataset):
+        from tfopt.records.format.framing import masked_crc32c
+        length = struct.pack("<Q", 2**36)
+        path = shard(dataset)
+        path.write_bytes(length + struct.pack("<I", masked_crc32c(length))
+                         + path.read_bytes()[12:])
+    case("record_length_2_pow_36", huge_length)
+
+    def appended(dataset):
+        path = shard(dataset)
+        raw = path.read_bytes()
+        length = struct.unpack("<Q", raw[:8])[0]
+        path.write_bytes(raw + raw[: 16 + length])  # the first record again, at the end
+    case("record_appended", appended)
+    # without a manifest the folder reads as bare TFRecords (foreign shards verify so); verify
+    # says it is not a complete tfopt dataset, and no pipeline reads the folder
+    case("manifest_deleted", lambda d: (d / "manifest.json").unlink(), "either")
+    case("manifest_not_json", lambda d: (d / "manifest.json").write_text("{not json"))
+    case("manifest_empty_object", lambda d: (d / "manifest.json").write_text("{}"))
+    case("manifest_is_a_list", lambda d: (d / "manifest.json").write_text("[1, 2]"))
+
+    def first_shard_entry(data):
+        return data["splits"]["train"]["shards"][0]
+
+    case("manifest_negative_count",
+         manifest_edit(lambda m: first_shard_entry(m).__setitem__("num_records", -4)))
+    case("manifest_count_one_less",
+         manifest_edit(lambda m: first_shard_entry(m).__setitem__(
+             "num_records", first_shard_entry(m)["num_records"] - 1)))
+    case("manifest_shard_listed_twice",
+         manifest_edit(lambda m: m["splits"]["train"]["shards"].append(first_shard_entry(m))))
+    case("manifest_split_total_wrong",
+         manifest_edit(lambda m: m["splits"]["train"].__setitem__(
+             "num_records", m["splits"]["train"]["num_records"] + 3)))
+    case("manifest_total_wrong",
+         manifest_edit(lambda m: m["totals"].__setitem__("num_records", m["totals"]["num_records"] + 5)))
+    case("manifest_class_names_short",
+         manifest_edit(lambda m: m.__setitem__("class_names", m["class_names"][:1])))
+    case("manifest_sha_wrong",
+         manifest_edit(lambda m: first_shard_entry(m).__setitem__("sha256", "0" * 64)))
+    case("manifest_path_escapes",
+         manifest_edit(lambda m: first_shard_entry(m).__setitem__("file", "../../etc/passwd")))
+    case("manifest_count_a_string",
+         manifest_edit(lambda m: first_shard_entry(m).__setitem__("num_records", "many")))
+    if os.geteuid() != 0:
+        case("unreadable_shard", lambda d: shard(d).chmod(0))
+    case("shard_replaced_by_folder", lambda d: (shard(d).unlink(), shard_folder(d)))
+    return cases
+
+
+def shard_folder(dataset: Path) -> None:
+    # the name the deleted first shard had, now a folder
+    name = json.loads((dataset / "manifest.json").read_text())["splits"]["train"]["shards"][0]
+    (dataset / name["file"]).mkdir()
+
+
+def interrupted_cases(root: Path, big_src: Path, records: int) -> list[Case]:
+    """A convert killed with SIGKILL part-way, at a few points: whatever it left must not pass
+    verify as a complete dataset unless it is one, and ``--resume`` must finish it."""
+    cases = []
+    for delay in (0.4, 0.9, 1.6):
+        dst = root / f"killed-{delay}" / "dst"
+        dst.parent.mkdir(parents=True)
+        argv = ["convert", str(big_src), str(dst), "-q", "--workers", "1", "--shards", "12"]
+        cases.append(Case(f"killed/convert_at_{delay}s", argv, "either", dst=dst,
+                          records=records, kill_after_s=delay,
+                          then=[[*argv, "--resume"], ["verify", str(dst), "-q"]]))
+    return cases
