@@ -558,6 +558,23 @@ def damage_cases(root: Path, pristine: Path) -> list[Case]:
     return cases
 
 
+def odd_path_cases(root: Path) -> list[Case]:
+    """verify and inspect given what is not a dataset: each a one-line refusal."""
+    root.mkdir(parents=True)
+    os.mkfifo(root / "pipe.tfrecord")
+    (root / "loop").symlink_to("loop")
+    (root / "empty").mkdir()
+    (root / "text.tfrecord").write_text("not records\n")
+    paths = {"dev_zero": "/dev/zero", "named_pipe": root / "pipe.tfrecord",
+             "link_to_itself": root / "loop", "missing": root / "nowhere",
+             "empty_folder": root / "empty", "text_file": root / "text.tfrecord",
+             "glob_matching_nothing": root / "none-*.tfrecord"}
+    # verify reports a file of the wrong kind as a problem (a verdict), not an error line
+    return [Case(f"path/{command}_{name}", [command, str(path)],
+                 "reject" if (command, name) == ("verify", "text_file") else "refuse")
+            for name, path in paths.items() for command in ("verify", "inspect")]
+
+
 def shard_folder(dataset: Path) -> None:
     # the name the deleted first shard had, now a folder
     name = json.loads((dataset / "manifest.json").read_text())["splits"]["train"]["shards"][0]

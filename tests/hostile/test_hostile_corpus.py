@@ -29,6 +29,7 @@ from hostile_inputs import (
     image_cases,
     interrupted_cases,
     numpy_cases,
+    odd_path_cases,
     source_cases,
     table_cases,
 )
@@ -113,7 +114,7 @@ def corpus(tmp_path_factory, tf):
     big = good_image_folder(root / "big-src", jpeg, per_class=150)
     cases = (image_cases(root / "images", jpeg, png) + source_cases(root / "sources", jpeg)
              + numpy_cases(root / "numpy") + csv_cases(root / "csv")
-             + table_cases(root / "tables")
+             + table_cases(root / "tables") + odd_path_cases(root / "paths")
              + damage_cases(root / "damaged", pristine)
              + interrupted_cases(root / "killed", big, records=300))
     destinations_before = {c.name: _listing(c.dst) for c in cases if c.dst is not None}

@@ -16,6 +16,7 @@ import glob
 import gzip
 import logging
 import re
+import stat
 import struct
 import zlib
 from pathlib import Path
@@ -56,6 +57,15 @@ def detect_compression(files: list[Path], manifest: Manifest | None) -> str | No
     return "gzip" if next(iter(gzipped.values())) else None
 
 
+def _special_kind(path: Path) -> str:
+    mode = path.stat().st_mode
+    for test, kind in ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "a special file"
+
+
 def resolve_files(path) -> tuple[list[Path], Manifest | None, list[str]]:
     """The files of a dataset, its manifest if it has one, and notes for the user.
 
@@ -84,6 +94,9 @@ def resolve_files(path) -> tuple[list[Path], Manifest | None, list[str]]:
         if path.name == MANIFEST_NAME:
             return resolve_files(path.parent)
         return [path], None, notes
+    if not path.is_dir():  # a named pipe or a device: reading one would block or never end
+        raise DatasetError(f"{path}: is {_special_kind(path)}, not a TFRecord file or a "
+                           "dataset folder")
     if (path / MANIFEST_NAME).exists():
         manifest = read_manifest(path)
         return [path / shard.file for shard in manifest.shards], manifest, notes
@@ -92,9 +105,12 @@ def resolve_files(path) -> tuple[list[Path], Manifest | None, list[str]]:
                      f"{MANIFEST_NAME}; finish it with 'tfopt convert ... --resume'")
     else:
         notes.append(f"no {MANIFEST_NAME}: not a tfopt dataset, or an incomplete one")
-    files = sorted(entry for entry in path.iterdir()
-                   if entry.is_file() and not entry.name.startswith(".")
-                   and entry.name != MANIFEST_NAME)
+    try:
+        files = sorted(entry for entry in path.iterdir()
+                       if entry.is_file() and not entry.name.startswith(".")
+                       and entry.name != MANIFEST_NAME)
+    except OSError as error:
+        raise DatasetError(f"{path}: cannot be listed ({error.strerror or error})") from None
     if not files:
         if (path / JOURNAL_NAME).exists():  # killed before its first shard: still say what it is
             raise DatasetError(f"{path}: incomplete dataset: a conversion was interrupted before "
