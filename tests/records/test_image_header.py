@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from conftest import GIF_1X1, encode_bmp, encode_jpeg, encode_png, random_pixels
 from hostile_images_helpers import handmade_jpeg
+from image_formats_helpers import JPEG_FIXTURES, fixture_jpeg
 
 from tfopt.records.image_header import (
     ImageFormat,
@@ -67,11 +68,21 @@ def _jpeg_variants(tf):
     return variants
 
 
+def _scan_headers(data: bytes) -> list[tuple[int, int]]:
+    """``(start, length)`` of each scan header's body in a JPEG."""
+    found, position = [], 0
+    while (position := data.find(b"\xff\xda", position)) >= 0:
+        found.append((position + 4, (data[position + 2] << 8 | data[position + 3]) - 2))
+        position += 2
+    return found
+
+
 def test_structure_check_rejects_every_jpeg_the_decoder_rejects(tf):
     """Differential test: random damage to valid JPEGs, judged by TensorFlow and by tfopt.
 
-    Progressive JPEGs are flagged for a decode (the walk cannot vouch for their scans), so
-    tfopt's verdict there is the decoder's own.
+    Sequential, progressive (TensorFlow's encoder writes those) and arithmetic-coded ones (the
+    fixtures), with restart markers or without; damage anywhere, and in the scan headers,
+    whose components, bands and bits decide what a progressive decoder does.
     """
     rng = np.random.default_rng(2026)
 
@@ -83,19 +94,16 @@ def test_structure_check_rejects_every_jpeg_the_decoder_rejects(tf):
         return False
 
     rejected_by_decoder = 0
-    def tfopt_rejects(data):
-        structure = jpeg_structure(data)
-        if structure.problem:
-            return True
-        return decoder_rejects(data) if structure.progressive else False
-
-    for original in _jpeg_variants(tf):
+    originals = _jpeg_variants(tf) + [fixture_jpeg(name) for name in JPEG_FIXTURES]
+    for original in originals:
         assert jpeg_structure(original).problem is None
+        assert not jpeg_structure(original).needs_decode
         assert not decoder_rejects(original)
         size = len(original)
-        for trial in range(40):
+        scans = _scan_headers(original)
+        for trial in range(42):
             damaged = bytearray(original)
-            kind = trial % 5
+            kind = trial % 7
             if kind == 0:  # cut short
                 damaged = damaged[: int(rng.integers(2, size - 1))]
             elif kind == 1:  # a run of garbage
@@ -107,13 +115,19 @@ def test_structure_check_rejects_every_jpeg_the_decoder_rejects(tf):
             elif kind == 3:  # zeros
                 start = int(rng.integers(2, size - 40))
                 damaged[start : start + 40] = bytes(40)
-            else:  # cut short, then an end marker pasted on
+            elif kind == 4:  # cut short, then an end marker pasted on
                 damaged = damaged[: int(rng.integers(2, size - 1))] + b"\xff\xd9"
+            else:  # a byte of a scan header: a new value, or one bit flipped
+                start, length = scans[int(rng.integers(0, len(scans)))]
+                position = start + int(rng.integers(0, length))
+                damaged[position] = (int(rng.integers(0, 256)) if kind == 5
+                                     else damaged[position] ^ 1 << int(rng.integers(0, 8)))
             damaged = bytes(damaged)
+            assert not jpeg_structure(damaged).needs_decode
             if decoder_rejects(damaged):
                 rejected_by_decoder += 1
-                assert tfopt_rejects(damaged), (trial, damaged[:16])
-    assert rejected_by_decoder > 100  # the damage was real enough to matter
+                assert jpeg_structure(damaged).problem, (trial, damaged[:16])
+    assert rejected_by_decoder > 250  # the damage was real enough to matter
 
 
 def _png_chunks(data: bytes):
@@ -228,16 +242,124 @@ def test_frames_tensorflow_reads_pass_the_walk(jpeg):
     assert structure.problem is None and not structure.needs_decode
 
 
-def test_arithmetic_coded_jpegs_are_left_to_a_decode():
-    """libjpeg-turbo reads SOF9 and SOF10; the walk does not judge their scans (no Huffman
-    tables needed) and asks for a decode."""
-    undefined_huffman = bytearray(handmade_jpeg(16, 16, marker=0xC9))
-    scan = undefined_huffman.index(b"\xff\xda")
-    undefined_huffman[scan + 6] = 0x23  # component 1 names DC table 2, AC table 3
-    for jpeg in (handmade_jpeg(16, 16, marker=0xC9), handmade_jpeg(16, 16, marker=0xCA),
-                 bytes(undefined_huffman)):
+def _with_scan(jpeg: bytes, scan: bytes) -> bytes:
+    """``jpeg`` (a handmade one: a single scan) with another scan header body."""
+    position = jpeg.index(b"\xff\xda")
+    length = (jpeg[position + 2] << 8) | jpeg[position + 3]
+    return (jpeg[:position + 2] + struct.pack(">H", len(scan) + 2) + scan
+            + jpeg[position + 2 + length:])
+
+
+def _segment(marker: int, body: bytes) -> bytes:
+    return bytes([0xFF, marker]) + struct.pack(">H", len(body) + 2) + body
+
+
+GREY_PROGRESSIVE = handmade_jpeg(16, 16, components=1, marker=0xC2)
+PROGRESSIVE = handmade_jpeg(16, 16, marker=0xC2)
+# scan bodies: components (id, DC table << 4 | AC table), then Ss, Se, Ah << 4 | Al
+DC_FIRST = b"\x01\x01\x00\x00\x00\x00"
+# (JPEG, what the walk says): TensorFlow refuses each (below)
+WALK_REJECTS = [
+    (_with_scan(PROGRESSIVE, b"\x03\x01\x00\x02\x00\x03\x00\x00\x3f\x00"),
+     "progressive scan parameters Ss=0 Se=63 Ah=0 Al=0"),
+    (_with_scan(handmade_jpeg(16, 16, marker=0xCA), b"\x03\x01\x00\x02\x00\x03\x00\x00\x3f\x00"),
+     "progressive scan parameters Ss=0 Se=63"),  # arithmetic-coded progressive
+    (_with_scan(PROGRESSIVE, b"\x03\x01\x00\x02\x00\x03\x00\x01\x3f\x00"),
+     "Ss=1 Se=63 Ah=0 Al=0"),  # an AC scan of three components
+    (_with_scan(GREY_PROGRESSIVE, b"\x01\x01\x00\x00\x00\x20"), "Ah=2 Al=0"),
+    (_with_scan(GREY_PROGRESSIVE, b"\x01\x01\x00\x00\x00\x0e"), "Ah=0 Al=14"),
+    (_with_scan(GREY_PROGRESSIVE, b"\x01\x01\x10\x00\x00\x00"),
+     "DC Huffman table 1 is used, never defined"),  # no standard tables when progressive
+    (_with_scan(GREY_PROGRESSIVE, b"\x01\x01\x01\x01\x3f\x00"),
+     "AC Huffman table 1 is used, never defined"),
+    (_with_scan(handmade_jpeg(16, 16), b"\x03\x02\x00\x01\x00\x03\x00\x00\x3f\x00"),
+     "scan names component 1 out of the frame's order"),
+    (_with_scan(handmade_jpeg(16, 16), b"\x02\x01\x00\x01\x00\x00\x3f\x00"),
+     "scan names component 1 twice"),
+    (_with_scan(handmade_jpeg(16, 16), b"\x01\x07\x00\x00\x3f\x00"),
+     "scan names component 7 which the frame does not have"),
+    (handmade_jpeg(16, 16, extra=_segment(0xCC, b"\x00")),
+     "arithmetic conditioning segment of an odd length"),
+    (handmade_jpeg(16, 16, extra=_segment(0xCC, b"\x28\x05")),
+     "arithmetic conditioning table 40 (0-31 exist)"),
+    (handmade_jpeg(16, 16, marker=0xC9, extra=_segment(0xCC, b"\x00\x12")),
+     "value 0x12 for DC table 0: L > U"),
+    (handmade_jpeg(16, 16, extra=_segment(0xDD, b"\x00\x01\x00")),
+     "restart interval segment of 5 bytes, not 4"),
+]
+# and TensorFlow decodes each of these
+WALK_PASSES = [
+    _with_scan(GREY_PROGRESSIVE, DC_FIRST),
+    _with_scan(GREY_PROGRESSIVE, b"\x01\x01\x30\x00\x00\x10"),  # DC refinement: no table
+    _with_scan(GREY_PROGRESSIVE, b"\x01\x01\x00\x01\x05\x00"),  # AC before DC: a warning
+    _with_scan(handmade_jpeg(16, 16), b"\x01\x01\x11\x00\x3f\x00"),  # standard tables
+    handmade_jpeg(16, 16, marker=0xC9),
+    _with_scan(handmade_jpeg(16, 16, marker=0xC9), b"\x01\x01\x23\x00\x3f\x00"),
+    _with_scan(handmade_jpeg(16, 16, components=1, marker=0xCA), DC_FIRST),
+    handmade_jpeg(16, 16, marker=0xC9, extra=_segment(0xCC, b"\x00\x10\x10\x05")),
+    handmade_jpeg(16, 16, extra=_segment(0xDD, b"\x00\x00")),
+]
+
+
+def test_the_walk_judges_scans_and_tables_as_tensorflow_does(tf):
+    """Progressive scans' bands and bits, the Huffman tables each pass needs, the order of a
+    scan's components, arithmetic conditioning and restart segments: no decode is left to
+    settle them (arithmetic-coded and progressive JPEGs included)."""
+    def decodes(data):
+        try:
+            tf.io.decode_jpeg(data)
+        except tf.errors.OpError:
+            return False
+        return True
+
+    for jpeg, reason in WALK_REJECTS:
+        problem = jpeg_structure(jpeg).problem
+        assert problem and reason in problem, (reason, problem)
+        assert not decodes(jpeg), reason
+    for jpeg in WALK_PASSES:
         structure = jpeg_structure(jpeg)
-        assert structure.problem is None and structure.arithmetic and structure.needs_decode
-    baseline = bytearray(handmade_jpeg(16, 16))
-    baseline[baseline.index(b"\xff\xda") + 6] = 0x23
-    assert "DC Huffman table 2 is used, never defined" in jpeg_structure(bytes(baseline)).problem
+        assert structure.problem is None and not structure.needs_decode, structure
+        assert decodes(jpeg), jpeg[-30:]
+
+
+def _progressive_dc(width: int, height: int, diff_bits: str, dc_symbols: bytes) -> bytes:
+    """A grey progressive JPEG of one DC scan: each block's difference coded as
+    ``diff_bits``, with a DC table of one-bit and two-bit codes for ``dc_symbols``."""
+    blocks = -(-width // 8) * -(-height // 8)
+    bits = diff_bits * blocks
+    bits += "1" * (-len(bits) % 8)
+    data = int(bits, 2).to_bytes(len(bits) // 8, "big").replace(b"\xff", b"\xff\x00")
+    counts = bytes([1, len(dc_symbols) - 1] + [0] * 14)
+    return (b"\xff\xd8" + _segment(0xDB, b"\x00" + bytes([1] * 64))
+            + _segment(0xC2, struct.pack(">BHHB", 8, height, width, 1) + b"\x01\x11\x00")
+            + _segment(0xC4, b"\x00" + counts + dc_symbols)
+            + _segment(0xDA, DC_FIRST) + data + b"\xff\xd9")
+
+
+def test_progressive_dc_sums_that_may_pass_2_31_are_left_to_a_decode(tf):
+    """libjpeg-turbo stops on a progressive DC scan whose differences sum past 2**31 (a
+    sequential one wraps around silently): only decoding the scan tells, so the walk asks for
+    it where the scan's blocks (between restarts) times the largest difference its table can
+    code could get there, and not below."""
+    def decodes(data):
+        try:
+            tf.io.decode_jpeg(data, ratio=8)
+        except tf.errors.OpError:
+            return False
+        return True
+
+    # 65,792 blocks of +32,767 each: past 2**31, and TensorFlow refuses it
+    overflows = _progressive_dc(2048, 2056, "0" + "1" * 15, b"\x0f\x00")
+    assert "sums up to 65,792 differences of up to 32,767" in jpeg_structure(
+        overflows).decode_reason
+    assert not decodes(overflows)
+    # the same table and blocks, each difference 0: a decode is asked for, and it decodes
+    zeros = _progressive_dc(2048, 2056, "10", b"\x0f\x00")
+    assert jpeg_structure(zeros).needs_decode and decodes(zeros)
+    # 65,280 blocks cannot get past 2**31: no decode asked for, and TensorFlow agrees
+    below = _progressive_dc(2048, 2040, "0" + "1" * 15, b"\x0f\x00")
+    assert not jpeg_structure(below).needs_decode and decodes(below)
+    # a restart interval bounds the sum
+    restarts = overflows.replace(b"\xff\xc4", _segment(0xDD, b"\x04\x00") + b"\xff\xc4", 1)
+    assert jpeg_structure(restarts).problem is None
+    assert not jpeg_structure(restarts).needs_decode

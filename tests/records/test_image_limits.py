@@ -33,6 +33,7 @@ from tfopt.records.image_limits import (
     record_image_check,
     recorded_max_pixels,
 )
+from tfopt.records.image_structure import StructureVerdict
 from tfopt.records.manifest import MANIFEST_NAME, read_manifest
 from tfopt.records.verify import ProblemKind, verify
 
@@ -253,7 +254,8 @@ def test_verify_flags_records_of_a_dataset_written_before_the_limits(tmp_path, m
     src = _folder(tmp_path, stored)
     with monkeypatch.context() as older_tfopt:  # no header check, the walk of before
         older_tfopt.setattr(images, "header_problem", lambda *args, **kwargs: None)
-        older_tfopt.setattr(images, "jpeg_structure", lambda data: JpegStructure(None))
+        older_tfopt.setattr(images, "structure_verdict",
+                            lambda *args, **kwargs: StructureVerdict(None))
         tfopt.convert(src, tmp_path / "old", workers=1, shards=2)
     manifest_path = tmp_path / "old" / MANIFEST_NAME
     manifest = json.loads(manifest_path.read_text())

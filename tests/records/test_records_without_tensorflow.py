@@ -10,7 +10,16 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import GIF_1X1, encode_png, make_image_folder, random_pixels
+from conftest import GIF_1X1, encode_bmp, encode_png, make_image_folder, random_pixels
+from image_formats_helpers import (
+    JPEG_FIXTURES,
+    bmp,
+    checkered,
+    fixture_jpeg,
+    gif,
+    gif_frame,
+    one_colour_gif,
+)
 from records_helpers import (
     no_tensorflow_env,
     parse_with_tensorflow,
@@ -25,9 +34,18 @@ import tfopt
 
 
 def _image_source(tmp_path):
+    """JPEGs (sequential, progressive, arithmetic-coded), PNGs, GIFs and BMPs: all judged
+    without a decode."""
     folder = make_image_folder(tmp_path / "images", per_class=5)
     for index in range(3):
         (folder / "dog" / f"p{index}.png").write_bytes(encode_png(random_pixels(50 + index)))
+    for name in JPEG_FIXTURES:
+        (folder / "emu" / name).write_bytes(fixture_jpeg(name))
+    (folder / "cat" / "tiny.gif").write_bytes(GIF_1X1)
+    (folder / "cat" / "animated.gif").write_bytes(
+        gif(6, 4, [gif_frame(checkered(6, 4), 6, 4), gif_frame(checkered(3, 2), 3, 2, left=2)]))
+    (folder / "cat" / "photo.bmp").write_bytes(encode_bmp(random_pixels(60, 9, 7)))
+    (folder / "cat" / "grey.bmp").write_bytes(bmp(5, -3, 8, palette=256))
     return folder
 
 
@@ -107,12 +125,15 @@ def test_convert_verify_inspect_run_with_tensorflow_unimportable(tmp_path):
     assert len(parse_with_tensorflow(tmp_path / "out-hdf5")) == 70
 
 
-def test_a_gif_needs_tensorflow_only_in_the_process_that_meets_it(tmp_path):
+def test_a_gif_past_the_lzw_budget_needs_tensorflow_only_in_the_process_that_meets_it(tmp_path):
+    """4.2 million pixels of GIF frames: a decode is cheaper than tfopt's own LZW check."""
     folder = make_image_folder(tmp_path / "images", per_class=2)
-    (folder / "cat" / "tiny.gif").write_bytes(GIF_1X1)
+    (folder / "cat" / "large.gif").write_bytes(one_colour_gif(2100, 2000))
     run = _run(["convert", str(folder), str(tmp_path / "out"), "--workers", "1", "-q"],
                no_tensorflow_env(tmp_path), tmp_path)
-    assert run.returncode == 1 and "a GIF image needs TensorFlow" in run.stderr
+    assert run.returncode == 1
+    assert "a GIF of 4,200,000 pixels to check" in run.stderr
+    assert "needs TensorFlow, which cannot be imported here" in run.stderr
     run = subprocess.run([sys.executable, "-m", "tfopt", "convert", str(folder),
                           str(tmp_path / "out2"), "--workers", "1", "-q"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=300)

@@ -92,7 +92,8 @@ def demo_data(dst, count, classes, seed, kind, min_size, max_size, workers, over
                    "decodes whole.")
 @click.option("--check", type=click.Choice(["structure", "decode"]), default="structure",
               show_default=True,
-              help="JPEG check: every marker to the end (fast) or a decode at 1/8 scale.")
+              help="Image check: the structure, judged as TensorFlow's decoder would (fast), "
+                   "or a decode.")
 @click.option("--on-error", type=click.Choice(["raise", "skip"]), default="raise",
               show_default=True, help="Stop at a bad item, or skip it and record it.")
 @click.option("--overwrite", is_flag=True,

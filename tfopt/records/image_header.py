@@ -193,47 +193,64 @@ class JpegStructure:
 
     Attributes:
         problem: What is wrong, or None when the structure is whole.
-        progressive: A progressive (multi-scan) JPEG: the walk cannot vouch for the order of
-            its scans, so callers decode it to be sure.
-        arithmetic: An arithmetic-coded JPEG: rare enough that no corpus of damaged ones
-            proved the walk against the decoder, so callers decode it to be sure too.
+        progressive: A progressive (multi-scan) JPEG.
+        arithmetic: An arithmetic-coded JPEG.
+        decode_reason: Set when only a real decode can prove the image whole: why. One case:
+            a progressive Huffman-coded JPEG with a DC scan long enough for its differences
+            to sum past 2**31, which libjpeg-turbo stops on ("DCT coefficient out of range")
+            and only decoding that scan's data can rule out.
     """
 
     problem: str | None
     progressive: bool = False
     arithmetic: bool = False
+    decode_reason: str | None = None
 
     @property
     def needs_decode(self) -> bool:
-        """Whether only a decode can prove the image whole (see the attributes)."""
-        return self.problem is None and (self.progressive or self.arithmetic)
+        """Whether only a decode can prove the image whole (see ``decode_reason``)."""
+        return self.problem is None and self.decode_reason is not None
 
 
 def jpeg_structure(data: bytes) -> JpegStructure:
     """Check a JPEG's structure: every segment, and the image data up to the end marker.
 
-    This finds what makes TensorFlow's decoder fail on a sequential JPEG (a cut file, an
-    unknown marker in the image data, broken segment lengths or tables, tables used but never
-    defined, a frame type, precision or sampling it does not read: libjpeg's fatal errors are
-    marker-level, damage inside Huffman data only draws warnings) in ~0.1 ms where a decode at
-    1/8 scale takes ~0.7 ms (400-px photos here).
-    Checked against the decoder: over 3,000 random corruptions of sequential JPEGs it rejected
-    every file the decoder rejected; tests/records/test_image_header.py keeps it so.
+    This finds what makes TensorFlow's decoder fail (a cut file, an unknown marker in the image
+    data, broken segment lengths or tables, tables used but never defined, a frame type,
+    precision or sampling it does not read, a scan that names its components out of the
+    frame's order, a progressive scan's band or successive-approximation bits out of range:
+    libjpeg's fatal errors are marker-level, damage inside Huffman- or arithmetic-coded data
+    only draws warnings) in ~0.1 ms where a decode at 1/8 scale takes ~0.7 ms (400-px photos
+    here). The order of a progressive JPEG's scans is not judged: libjpeg warns about a scan
+    that refines bits no earlier scan sent, and decodes on.
+    Checked against the decoder: over thousands of random corruptions of sequential,
+    progressive and arithmetic-coded JPEGs it rejected every file the decoder rejected;
+    tests/records/test_image_header.py keeps it so.
     """
     state = _JpegWalk()
-    return JpegStructure(state.walk(data), state.progressive, state.arithmetic)
+    problem = state.walk(data)
+    return JpegStructure(problem, state.progressive, state.arithmetic, state.decode_reason)
+
+
+# libjpeg's MAX_COMPS_IN_SCAN: a scan names at most 4 components, found among the first 4
+_JPEG_MAX_SCAN_COMPONENTS = 4
+_INT_MAX = (1 << 31) - 1
 
 
 class _JpegWalk:
     def __init__(self):
         self.progressive = False
         self.arithmetic = False
-        self.frame_tables: dict[int, int] = {}  # component id -> quantization table
-        self.blocks: dict[int, int] = {}  # component id -> 8x8 blocks it adds to an MCU
+        self.decode_reason = None
+        self.width = self.height = 0
+        # per frame component, in the frame's order
+        self.component_ids: list[int] = []
+        self.frame_tables: list[int] = []  # quantization table
+        self.sampling: list[tuple[int, int]] = []  # (horizontal, vertical) factors
         self.quant_tables: set[int] = set()
-        # libjpeg-turbo loads the standard tables into slots 0 and 1 when a file defines none
-        # (Motion-JPEG frames omit them), so only slots 2 and 3 must be defined by the file
-        self.huffman_tables = {0: {0, 1}, 1: {0, 1}}  # class (0 DC, 1 AC) -> defined slots
+        self.huffman_tables = {0: set(), 1: set()}  # class (0 DC, 1 AC) -> slots defined
+        self.dc_largest_symbol: dict[int, int] = {}  # DC slot -> its largest difference size
+        self.restart_interval = 0
 
     def walk(self, data: bytes) -> str | None:
         if not data.startswith(b"\xff\xd8"):
@@ -276,6 +293,13 @@ class _JpegWalk:
                 problem = self._quantization(segment)
             elif marker == 0xC4:
                 problem = self._huffman(segment)
+            elif marker == 0xCC:
+                problem = _arithmetic_conditioning_problem(segment)
+            elif marker == 0xDD:
+                if len(segment) != 2:
+                    return f"restart interval segment of {length} bytes, not 4"
+                self.restart_interval = (segment[0] << 8) | segment[1]
+                problem = None
             elif marker == 0xDA:
                 if not seen_frame:
                     return "scan before any frame header"
@@ -291,7 +315,7 @@ class _JpegWalk:
                     return f"unknown marker 0xff{following:02x} in the image data at byte {position}"
                 continue
             elif 0xC0 <= marker <= 0xFE:
-                problem = None  # application data, comments, restart interval...
+                problem = None  # application data, comments, DNL...
             else:
                 return f"unknown marker 0xff{marker:02x} at byte {position - 1}"
             if problem:
@@ -312,22 +336,22 @@ class _JpegWalk:
             return f"frame size {height}x{width}"
         if not 1 <= count <= 4 or len(segment) != 6 + 3 * count:
             return f"frame header with {count} components does not fit its length"
-        sampling = {}
         for index in range(count):
             component, factors, table = segment[6 + 3 * index : 9 + 3 * index]
             if not (1 <= factors >> 4 <= 4 and 1 <= factors & 15 <= 4) or table > 3:
                 return "bad sampling factors or quantization table in the frame header"
-            self.frame_tables[component] = table
-            sampling[component] = (factors >> 4, factors & 15)
+            self.component_ids.append(component)
+            self.frame_tables.append(table)
+            self.sampling.append((factors >> 4, factors & 15))
         # libjpeg upsamples each component by a whole factor only: "Fractional sampling not
         # implemented yet" (a 3x2 luma beside a 2x1 chroma, say)
-        most_h = max(h for h, _ in sampling.values())
-        most_v = max(v for _, v in sampling.values())
-        if any(most_h % h or most_v % v for h, v in sampling.values()):
-            factors = ", ".join(f"{h}x{v}" for h, v in sampling.values())
+        most_h = max(h for h, _ in self.sampling)
+        most_v = max(v for _, v in self.sampling)
+        if any(most_h % h or most_v % v for h, v in self.sampling):
+            factors = ", ".join(f"{h}x{v}" for h, v in self.sampling)
             return (f"sampling factors {factors}: TensorFlow's decoder upsamples by whole "
                     "factors only")
-        self.blocks = {component: h * v for component, (h, v) in sampling.items()}
+        self.width, self.height = width, height
         self.progressive = marker in _PROGRESSIVE_FRAMES
         self.arithmetic = marker in _ARITHMETIC_FRAMES
         return None
@@ -365,6 +389,8 @@ class _JpegWalk:
                     return "bad Huffman table: more codes than their lengths allow"
                 code <<= 1
             self.huffman_tables[table_class].add(table)
+            if table_class == 0:
+                self.dc_largest_symbol[table] = max(values, default=0)
             position += 17 + total
         return None
 
@@ -374,26 +400,122 @@ class _JpegWalk:
         count = segment[0]
         if not 1 <= count <= 4 or len(segment) != 4 + 2 * count:
             return f"scan header with {count} components does not fit its length"
+        start, stop, refine, shift = segment[-3], segment[-2], segment[-1] >> 4, segment[-1] & 15
+        members = self._scan_components(segment, count)
+        if isinstance(members, str):
+            return members
         blocks = 0
-        for index in range(count):
-            component, tables = segment[1 + 2 * index], segment[2 + 2 * index]
-            if component not in self.frame_tables:
-                return f"scan names component {component}, which the frame does not have"
-            if self.frame_tables[component] not in self.quant_tables:
-                return f"quantization table {self.frame_tables[component]} is used, never defined"
-            blocks += self.blocks[component]
+        for index, _ in members:
+            table = self.frame_tables[index]
+            if table not in self.quant_tables:
+                return f"quantization table {table} is used, never defined"
+            blocks += self.sampling[index][0] * self.sampling[index][1]
             if count > 1 and blocks > _JPEG_MAX_BLOCKS_IN_MCU:
                 return (f"an interleaved scan of more than {_JPEG_MAX_BLOCKS_IN_MCU} blocks per "
                         "MCU (sampling factors too large): TensorFlow's decoder refuses it")
-            if self.progressive or self.arithmetic:
-                # which Huffman tables a progressive scan needs depends on its pass; an
-                # arithmetic-coded scan uses none (its conditioning tables have defaults)
-                continue
-            for table_class, table in ((0, tables >> 4), (1, tables & 15)):
-                if table not in self.huffman_tables[table_class]:
+        if self.progressive:
+            problem = _progression_problem(start, stop, refine, shift, count)
+            if problem:
+                return problem
+        if self.arithmetic:
+            return None  # no Huffman tables; the conditioning tables have defaults
+        for _, tables in members:
+            if not self.progressive:
+                # libjpeg-turbo loads the standard tables into slots 0 and 1 of a sequential
+                # JPEG that defines none (Motion-JPEG frames omit them)
+                needed = ((0, tables >> 4), (1, tables & 15))
+                defaults = {0, 1}
+            elif start == 0:  # a progressive DC scan: its first pass needs the DC table
+                needed = ((0, tables >> 4),) if refine == 0 else ()
+                defaults = set()
+            else:
+                needed = ((1, tables & 15),)
+                defaults = set()
+            for table_class, table in needed:
+                if table not in self.huffman_tables[table_class] | defaults:
                     kind = "DC" if table_class == 0 else "AC"
                     return f"{kind} Huffman table {table} is used, never defined"
+        if self.progressive and start == 0 and refine == 0:
+            self._check_dc_sums(members, count)
         return None
+
+    def _scan_components(self, segment: bytes, count: int):
+        """``[(frame component index, table selectors)]`` for a scan header, found as libjpeg's
+        ``get_sos`` finds them, or what makes it stop: each scan component must match a frame
+        component at or after its own place in the scan, among the first four, and appear
+        once."""
+        found: list[int | None] = [None] * _JPEG_MAX_SCAN_COMPONENTS
+        members = []
+        candidates = min(len(self.component_ids), _JPEG_MAX_SCAN_COMPONENTS)
+        for place in range(count):
+            component, tables = segment[1 + 2 * place], segment[2 + 2 * place]
+            # libjpeg looks the component up among frame components whose place in the scan
+            # is still free: one named out of the frame's order is not found
+            index = next((candidate for candidate in range(candidates)
+                          if self.component_ids[candidate] == component
+                          and found[candidate] is None), None)
+            if index is None or index in found[:place]:
+                how = ("twice" if component in [self.component_ids[i] for i in found[:place]]
+                       else "out of the frame's order" if component in self.component_ids
+                       else "which the frame does not have")
+                return f"scan names component {component} {how}: TensorFlow's decoder stops"
+            found[place] = index
+            members.append((index, tables))
+        return members
+
+    def _check_dc_sums(self, members, count: int) -> None:
+        """Ask for a decode where a progressive DC scan may sum its differences past 2**31:
+        each difference is below 2**s for the DC table's largest symbol s, and the sum starts
+        over at each restart marker."""
+        most_h = max(h for h, _ in self.sampling)
+        most_v = max(v for _, v in self.sampling)
+        for index, tables in members:
+            largest = self.dc_largest_symbol.get(tables >> 4, 0)
+            h, v = self.sampling[index]
+            if count == 1:  # one block per MCU, over the component's own size
+                columns = -(-self.width * h // most_h)
+                rows = -(-self.height * v // most_v)
+                units, per_unit = -(-columns // 8) * -(-rows // 8), 1
+            else:
+                units = -(-self.width // (8 * most_h)) * -(-self.height // (8 * most_v))
+                per_unit = h * v
+            run = min(units, self.restart_interval or units) * per_unit
+            if run * ((1 << largest) - 1) > _INT_MAX:
+                self.decode_reason = (
+                    f"a progressive JPEG whose DC scan sums up to {run:,} differences of up to "
+                    f"{(1 << largest) - 1:,} (libjpeg-turbo stops where they pass 2**31; only a "
+                    "decode tells)")
+
+
+def _progression_problem(start: int, stop: int, refine: int, shift: int,
+                         count: int) -> str | None:
+    """Why libjpeg stops on a progressive scan's parameters ("Invalid progressive parameters"),
+    or None: a DC scan covers coefficient 0 alone, an AC scan a band within 1-63 of one
+    component, a refinement scan refines by one bit, and no scan shifts by more than 13."""
+    if start == 0:
+        bad = stop != 0
+    else:
+        bad = start > stop or stop > 63 or count != 1
+    if (refine and shift != refine - 1) or shift > 13:
+        bad = True
+    if bad:
+        return (f"progressive scan parameters Ss={start} Se={stop} Ah={refine} Al={shift}: "
+                "TensorFlow's decoder stops on them")
+    return None
+
+
+def _arithmetic_conditioning_problem(segment: bytes) -> str | None:
+    """What makes libjpeg stop on a DAC segment (arithmetic conditioning tables), or None:
+    pairs of (table, value), tables 0-15 (DC) and 16-31 (AC), a DC value's lower bound not
+    above its upper one."""
+    if len(segment) % 2:
+        return "arithmetic conditioning segment of an odd length"
+    for index, value in zip(segment[::2], segment[1::2], strict=True):
+        if index >= 32:
+            return f"arithmetic conditioning table {index} (0-31 exist)"
+        if index < 16 and value & 15 > value >> 4:
+            return f"arithmetic conditioning value 0x{value:02x} for DC table {index}: L > U"
+    return None
 
 
 def _skip_entropy_data(data: bytes, position: int) -> int:

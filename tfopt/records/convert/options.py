@@ -36,10 +36,10 @@ class OnError(str, enum.Enum):
 
 
 class ImageCheck(str, enum.Enum):
-    """How each JPEG is proven whole before it is stored (PNG, GIF and BMP are decoded)."""
+    """How each image is proven whole before it is stored."""
 
-    STRUCTURE = "structure"  # every marker and segment to the end-of-image marker: ~0.1 ms
-    DECODE = "decode"  # a decode at 1/8 scale (all entropy-coded data): ~0.7 ms on 400 px
+    STRUCTURE = "structure"  # judged as the decoder would, without decoding: ~0.1 ms a JPEG
+    DECODE = "decode"  # a decode (JPEGs at 1/8 scale): ~0.7 ms on a 400-px JPEG
 
 
 class Compression(str, enum.Enum):
@@ -75,11 +75,12 @@ class ConvertOptions:
             1.2 GB decoded in every epoch. None keeps TensorFlow's own limits alone (which are
             always applied: see :mod:`tfopt.records.image_limits`). Defaults to 178,956,970,
             the largest RGB JPEG TensorFlow decodes whole.
-        check: How JPEGs are checked: ``"structure"`` walks every marker and segment to the
-            end-of-image marker, rejecting what TensorFlow's decoder rejects (truncation,
-            unknown markers, broken tables; see :func:`jpeg_structure`) in ~0.1 ms; progressive
-            JPEGs are decoded;
-            ``"decode"`` decodes at 1/8 scale (~0.7 ms at 400 px). Defaults to "structure".
+        check: How images are checked: ``"structure"`` rejects what TensorFlow's decoder
+            rejects without decoding (JPEGs by every marker and segment to the end-of-image
+            marker in ~0.1 ms, PNGs by their chunks, GIFs by their records and LZW data, BMPs
+            by their header and size; see :mod:`tfopt.records.image_structure`), decoding only
+            the rare image those cannot vouch for; ``"decode"`` decodes each (JPEGs at 1/8
+            scale, ~0.7 ms at 400 px). Defaults to "structure".
         on_error: ``"raise"`` or ``"skip"`` (see :class:`OnError`). Defaults to "raise".
         overwrite: Replace a tfopt dataset already in the output folder (never a file tfopt
             did not write). The new dataset is written into a hidden folder beside it,

@@ -2,9 +2,10 @@
 
 Each image is first judged by its header (:mod:`tfopt.records.image_limits`): what TensorFlow
 refuses to decode, or more pixels than ``max_pixels``, is refused before anything is decoded.
-JPEGs are then checked by their structure (``check="structure"``) or decoded at 1/8 scale
-(``"decode"``); PNGs by their chunks and the exact size of their inflated data (or decoded with
-``"decode"``); GIF, BMP and progressive JPEGs are decoded; images beyond ``max_size`` are
+Then, with ``check="structure"``, each is judged as TensorFlow's decoder would judge it, without
+decoding it (:mod:`tfopt.records.image_structure`: JPEG markers and image data, PNG chunks and
+inflated data, GIF records and LZW data, BMP header and size), but for rare cases only a decode
+settles; ``"decode"`` decodes every image (JPEGs at 1/8 scale). Images beyond ``max_size`` are
 downscaled and re-encoded as JPEG. Only decoding imports TensorFlow, in the process that meets
 such an image.
 
@@ -26,15 +27,9 @@ from pathlib import Path
 
 from tfopt._tf_messages import short_tf_message
 from tfopt.errors import InvalidArgumentError, SourceError
-from tfopt.records.image_header import (
-    IMAGE_EXTENSIONS,
-    ImageFormat,
-    image_size,
-    jpeg_structure,
-    png_problem,
-    sniff_format,
-)
+from tfopt.records.image_header import IMAGE_EXTENSIONS, ImageFormat, image_size, sniff_format
 from tfopt.records.image_limits import DEFAULT_MAX_PIXELS, header_problem
+from tfopt.records.image_structure import structure_verdict
 from tfopt.records.manifest import SkippedItem
 from tfopt.records.schema import (
     IMAGE_FILENAME_KEY,
@@ -194,9 +189,9 @@ def sampled_image_sides(scanned: ScannedSource, samples: int = 32) -> list[tuple
     return sides
 
 
-# TensorFlow, imported at the first image that needs a real decode (a progressive JPEG, GIF,
-# BMP, check="decode", a downscale), in the process that meets it; None until then. Baseline
-# JPEGs and PNGs are checked by their structure and never need it.
+# TensorFlow, imported at the first image that needs a real decode (check="decode", a
+# downscale, the rare image its structure cannot vouch for), in the process that meets it;
+# None until then.
 _tf = None
 _tf_threads: int | None = None
 
@@ -220,8 +215,7 @@ def _tensorflow(path: Path, why: str):
             tf = import_tensorflow()
         except ImportError as error:
             raise SourceError(str(path), f"{why} needs TensorFlow, which cannot be imported "
-                              f"here ({error}); baseline JPEGs and PNGs (with --check "
-                              "structure) convert without it") from None
+                              f"here ({error}); with --check structure, only rare images need it") from None
         if _tf_threads is not None:
             try:
                 tf.config.threading.set_intra_op_parallelism_threads(_tf_threads)
@@ -268,22 +262,17 @@ def image_reader(config: dict):
             if max_size and max(height, width) > max_size:
                 data, height, width = _downscale(_tensorflow(path, "downscaling"), data, max_size, quality)
                 image_format = ImageFormat.JPEG
-            elif image_format is ImageFormat.JPEG and check == "structure":
-                structure = jpeg_structure(data)
-                if structure.problem:
+            elif check == "structure":
+                verdict = structure_verdict(data, image_format, decoder_loaded=_tf is not None)
+                if verdict.problem:
                     raise BadItem(str(path),
-                                  f"cannot be decoded, truncated or corrupt ({structure.problem})")
-                if structure.needs_decode:  # the walk cannot vouch for its scans: decode
-                    why = "a progressive JPEG" if structure.progressive else "an arithmetic-coded JPEG"
-                    _check_decodes(_tensorflow(path, why), data, image_format, height, width)
-            elif image_format is ImageFormat.PNG and check == "structure":
-                problem = png_problem(data)
-                if problem:
-                    raise BadItem(str(path), f"cannot be decoded, truncated or corrupt ({problem})")
+                                  f"cannot be decoded, truncated or corrupt ({verdict.problem})")
+                if verdict.decode_reason:  # only a decode can tell
+                    _check_decodes(_tensorflow(path, verdict.decode_reason), data, image_format,
+                                   height, width)
             else:
-                why = ("--check decode" if check == "decode"
-                       else f"a {image_format.value.upper()} image")
-                _check_decodes(_tensorflow(path, why), data, image_format, height, width)
+                _check_decodes(_tensorflow(path, "--check decode"), data, image_format, height,
+                               width)
         except (BadItem, SourceError):
             raise
         except Exception as error:
@@ -304,7 +293,8 @@ def image_reader(config: dict):
 
 
 def _check_decodes(tf, data: bytes, image_format: ImageFormat, height: int, width: int) -> None:
-    """Decode once to prove the image is whole (``check="decode"``, and every non-JPEG).
+    """Decode once to prove the image is whole (``check="decode"``, and the images a structure
+    check cannot vouch for).
 
     JPEGs decode at 1/8 scale: the entropy-coded data is still read to the end (so truncation and
     corrupt segments are caught) but the inverse DCT and colour conversion, most of the cost,
