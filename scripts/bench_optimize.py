@@ -7,9 +7,10 @@ The data is made once in --work (kept for later runs): demo images (tfopt demo-d
 sized photos (demo-data --kind photos), TFRecord shards written by plain TensorFlow under Model
 Garden's keys without a tfopt manifest, tfopt's own shards of the demo images, and a text corpus.
 Each case is one flawed pipeline, the bottleneck the analysis should name, and the guide's fix.
-Every round builds all three anew (a cache must not survive into the next round), runs them in
-a rotating order, and times whole epochs of each, every one from a new iterator drained in-graph
-to its end; the table has the medians. ``optimize`` is called once per round on a fresh copy; its time is in the table.
+Every round builds all three anew (a cache must not survive into the next round) and times
+whole epochs of each, every one from a new iterator drained in-graph to its end, the three
+taking turns epoch by epoch in an order that rotates with the round; the table has the medians.
+``optimize`` is called once per round on a fresh copy; its time is in the table.
 """
 
 from __future__ import annotations
@@ -224,25 +225,32 @@ def cases(data) -> list[Case]:
 
 # ---- measuring -------------------------------------------------------------------------------
 
-def epoch_rates(dataset, case: Case, seconds: float) -> list[float]:
-    """Examples/s of whole epochs, each from a new iterator drained in-graph to its end: the
-    median epoch of at least ``seconds`` of them; for a cached case, the first epoch (it fills
-    the cache) and the later ones apart."""
+def epoch_rates(datasets: dict, order: list[str], case: Case, seconds: float) -> dict:
+    """Examples/s of whole epochs of each dataset, every epoch from a new iterator drained
+    in-graph to its end: for a cached case, its first epoch (it fills the cache) and the
+    median of the later ones; else the median epoch.
+
+    The datasets take turns epoch by epoch (``order``), until each has run at least
+    ``seconds`` of later epochs: on this shared VM an epoch now and then runs at half speed
+    (seen in single passes of one unchanged pipeline, 23 against 47 ex/s), and a slow spell
+    then falls on all of them rather than on one.
+    """
     batches = -(-case.examples // BATCH)  # an epoch's batches, the last one partial
 
-    def examples_per_s(measured):
-        return measured.elements / batches * case.examples / measured.seconds
+    def one_epoch(dataset) -> tuple[float, float]:
+        measured = measure.whole_passes(dataset, 0.0)
+        return measured.elements / batches * case.examples / measured.seconds, measured.seconds
 
-    first = [examples_per_s(measure.whole_passes(dataset, 0.0))] if case.cached else []
-    # the median of single passes, not their total: on this shared VM a pass now and then runs
-    # at half speed (seen in single passes of an unchanged pipeline, 23 against 47 ex/s), and
-    # one such pass in a total of two halved a figure
-    passes, spent = [], 0.0
-    while spent < seconds or not passes:
-        one = measure.whole_passes(dataset, 0.0)
-        passes.append(examples_per_s(one))
-        spent += one.seconds
-    return first + [statistics.median(passes)]
+    first = {name: one_epoch(datasets[name])[0] for name in order} if case.cached else {}
+    later = {name: [] for name in order}
+    spent = dict.fromkeys(order, 0.0)
+    while min(spent.values()) < seconds:
+        for name in order:
+            rate, took = one_epoch(datasets[name])
+            later[name].append(rate)
+            spent[name] += took
+    return {name: ((first[name],) if case.cached else ()) + (statistics.median(later[name]),)
+            for name in order}
 
 
 def run_case(case: Case, rounds: int, seconds: float, measure_s: float) -> dict:
@@ -261,19 +269,14 @@ def run_case(case: Case, rounds: int, seconds: float, measure_s: float) -> dict:
         datasets["optimize"] = result.dataset
         order = list(datasets)
         order = order[round_ % len(order):] + order[:round_ % len(order)]
-        for name in order:
-            rates[name].append(epoch_rates(datasets[name], case, measure_s))
+        for name, measured in epoch_rates(datasets, order, case, measure_s).items():
+            rates[name].append(measured)
         del datasets, result
     out = {"bottlenecks": bottlenecks, "analyse_s": statistics.median(analyse_s),
            "optimize_s": statistics.median(optimize_s), "changes": sorted(changes)}
     for name, runs in rates.items():
-        if not runs:
-            continue
-        if case.cached:
-            out[name] = (statistics.median(r[0] for r in runs),
-                         statistics.median(r[1] for r in runs))
-        else:
-            out[name] = (statistics.median(r[0] for r in runs),)
+        if runs:
+            out[name] = tuple(statistics.median(r[i] for r in runs) for i in range(len(runs[0])))
     return out
 
 
@@ -306,8 +309,9 @@ def main(argv=None) -> int:
               f"{', '.join(out['changes']) or 'none'} | {original} | "
               f"{ratio(out['optimize'], out['original'])} | {tuned} | "
               f"{out['analyse_s']:.1f} | {out['optimize_s']:.1f} |", flush=True)
-    print(f"\nCached cases: epoch 1 / the later epochs. Medians of {args.rounds} rounds of at "
-          f"least {args.measure:g} s of whole epochs; TensorFlow {tf.__version__}, "
+    print(f"\nCached cases: epoch 1 / the later epochs. Medians of {args.rounds} rounds, each "
+          f"the median of at least {args.measure:g} s of whole epochs, the pipelines taking "
+          f"turns epoch by epoch; TensorFlow {tf.__version__}, "
           f"{os.cpu_count()} CPUs.")
     return 0
 
