@@ -252,3 +252,12 @@ def test_a_stage_the_model_missed_gets_its_size_from_below_and_no_cost_for_a_han
     assert stages[2].bytes_per_element == 32
     assert stages[2].self_time_s == 0.0
     assert stages[1].self_time_s > 0  # a batch without a node still costs what its rates say
+    # a prefetch's node whose wall clock took in its waits (2.5 ms an element) costs nothing
+    waiting = ModelNode("Prefetch", elements=25, processing_ns=25 * 2_500_000,
+                        bytes_produced=25 * 32, bytes_buffered=64)
+    reading = ModelReading(output_elements=100, cpu_budget=2,
+                           by_stage={"work": work, "out": waiting},
+                           fused_into_next=frozenset(), injected_prefetch=False)
+    stages = analyze_module._stages(found, rates=[8000.0, 800.0, 400.0], reading=reading,
+                                    cardinalities=[200, 25, 25], specs=None, cores=2)
+    assert stages[2].self_time_s == 0.0 and stages[2].bytes_per_element == 32

@@ -293,7 +293,14 @@ def _stages(found, rates, reading, cardinalities=None, specs=None, ordered=True,
     for i, stage in enumerate(found):
         node = by_stage.get(stage.node)
         self_time, runtime, size = None, None, None
-        if node is not None and node.elements > 0:
+        if stage.op in _HANDOFF_OPS:
+            # they only hand elements on: a model node's wall-clock time for one is waiting (on
+            # a busy machine it once read as the whole per-element time, made the prefetch the
+            # bottleneck and hid the cache), and a prefix rate below its input's is noise
+            self_time, runtime = 0.0, node.parallelism if node is not None else None
+            size = (node.bytes_produced / node.elements
+                    if node is not None and node.elements > 0 else None)
+        elif node is not None and node.elements > 0:
             per = ratios[i] / ratios[i + 1] if stage.node in fused else 1.0
             self_time = node.processing_ns * 1e-9 / (node.elements * per)
             runtime = node.parallelism
@@ -304,10 +311,6 @@ def _stages(found, rates, reading, cardinalities=None, specs=None, ordered=True,
             # the upper stage of a fused pair (a MapAndBatch's batch): the lower one carries it
             if i > 0 and found[i - 1].node in fused:
                 self_time, runtime = 0.0, None
-        elif stage.op in _HANDOFF_OPS:
-            # a prefix rate below the one under it is noise for these (a busy machine): they
-            # only hand elements on, and a cost read from the difference made one the bottleneck
-            self_time = 0.0
         elif rates[i] > 0:  # from prefix rates: what this stage adds per output element
             cost = ratios[i] / rates[i]
             self_time = max(0.0, cost - previous_cost) / ratios[i]
