@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import stat
 from pathlib import Path
 
 TEMP_MARKER = ".tmp-"  # temporary files are named ".{final}.tmp-{pid}"; cleaners look for it
@@ -83,3 +84,17 @@ def sha256_file(path: Path) -> str:
         while chunk := handle.read(_HASH_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+_SPECIAL_KINDS = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def special_kind(mode: int) -> str | None:
+    """``"a named pipe (FIFO)"`` and the like for a file that is neither regular nor a folder
+    (``os.stat(path).st_mode``); None for anything else."""
+    return next((name for test, name in _SPECIAL_KINDS if test(mode)), None)

@@ -16,11 +16,11 @@ import glob
 import gzip
 import logging
 import re
-import stat
 import struct
 import zlib
 from pathlib import Path
 
+from tfopt._files import special_kind
 from tfopt.errors import DatasetError
 from tfopt.records.format.framing import RecordError, masked_crc32c, read_records
 from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME, Manifest, read_manifest
@@ -57,15 +57,6 @@ def detect_compression(files: list[Path], manifest: Manifest | None) -> str | No
     return "gzip" if next(iter(gzipped.values())) else None
 
 
-def _special_kind(path: Path) -> str:
-    mode = path.stat().st_mode
-    for test, kind in ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return kind
-    return "a special file"
-
-
 def resolve_files(path) -> tuple[list[Path], Manifest | None, list[str]]:
     """The files of a dataset, its manifest if it has one, and notes for the user.
 
@@ -95,8 +86,8 @@ def resolve_files(path) -> tuple[list[Path], Manifest | None, list[str]]:
             return resolve_files(path.parent)
         return [path], None, notes
     if not path.is_dir():  # a named pipe or a device: reading one would block or never end
-        raise DatasetError(f"{path}: is {_special_kind(path)}, not a TFRecord file or a "
-                           "dataset folder")
+        kind = special_kind(path.stat().st_mode) or "a special file"
+        raise DatasetError(f"{path}: is {kind}, not a TFRecord file or a dataset folder")
     if (path / MANIFEST_NAME).exists():
         manifest = read_manifest(path)
         return [path / shard.file for shard in manifest.shards], manifest, notes

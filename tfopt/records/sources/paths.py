@@ -17,16 +17,11 @@ import os
 import stat
 from pathlib import Path
 
+from tfopt._files import special_kind
 from tfopt.errors import SourceError
 
 LOOPING_LINK = ("is a symbolic link that loops (it points back at itself, directly or through "
                 "other links)")
-_SPECIAL_KINDS = (
-    (stat.S_ISFIFO, "a named pipe (FIFO)"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-)
 
 
 class UnreadableFile(Exception):
@@ -36,11 +31,6 @@ class UnreadableFile(Exception):
         super().__init__(f"{path}: {reason}")
         self.path = str(path)
         self.reason = reason
-
-
-def special_kind(mode: int) -> str | None:
-    """``"a named pipe (FIFO)"`` and the like for a file that is neither regular nor a folder."""
-    return next((name for test, name in _SPECIAL_KINDS if test(mode)), None)
 
 
 def not_regular(mode: int) -> str:
