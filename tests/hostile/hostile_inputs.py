@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from conftest import GIF_1X1, encode_bmp
 
 KINDS = ("refuse", "accept", "either", "reject")
 
@@ -89,15 +90,8 @@ def jpeg_with(jpeg: bytes, *, marker: int | None = None, precision: int | None =
 
 
 def bmp_of(width: int, height: int) -> bytes:
-    row_bytes = (width * 3 + 3) // 4 * 4
-    rows = bytes(row_bytes * height)
-    header = struct.pack("<2sIHHI", b"BM", 54 + len(rows), 0, 0, 54)
-    info = struct.pack("<IiiHHIIiiII", 40, width, height, 1, 24, 0, len(rows), 2835, 2835, 0, 0)
-    return header + info + rows
-
-
-GIF_1X1 = (b"GIF89a\x01\x00\x01\x00\x80\x00\x00\xff\xff\xff\x00\x00\x00!\xf9\x04\x01\x00\x00\x00"
-           b"\x00,\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;")
+    """A valid 24-bit BMP, all black."""
+    return encode_bmp(np.zeros((height, width, 3), np.uint8))
 
 
 def hostile_images(jpeg: bytes, png: bytes) -> dict[str, tuple[str, object, str]]:
