@@ -58,18 +58,18 @@ def _servers_of(parent: int) -> list[int]:
 
 def test_cli_reports_a_row_per_worker_count_and_stops_every_server(shards):
     result = CliRunner().invoke(cli, ["bench", "pipeline", str(shards), *QUICK,
-                                      "--service-workers", "0,1,2", "--json", "-q"])
+                                      "--service-workers", "0,1", "--json", "-q"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     rows = data["service"]["rows"]
-    assert [row["workers"] for row in rows] == [0, 1, 2]
+    assert [row["workers"] for row in rows] == [0, 1]
     assert all(row["median"][0] > 0 and len(row["runs"][0]) == 1 for row in rows)
     assert rows[0]["median"] == data["methods"]["tfopt"]["median"]  # 0 is the in-process run
     assert rows[0]["ratio_to_0_workers"] == [1.0]
-    assert rows[2]["ratio_to_0_workers"][0] == pytest.approx(
-        rows[2]["median"][0] / rows[0]["median"][0])
+    assert rows[1]["ratio_to_0_workers"][0] == pytest.approx(
+        rows[1]["median"][0] / rows[0]["median"][0])
     assert "share its cores" in data["service"]["note"]
-    assert data["settings"]["service_workers"] == [0, 1, 2]
+    assert data["settings"]["service_workers"] == [0, 1]
     assert _servers_of(os.getpid()) == []
 
 
@@ -115,15 +115,17 @@ def test_bad_worker_counts_are_usage_errors_naming_the_option(shards, value):
 def test_ctrl_c_sigterm_or_kill_during_the_run_leaves_no_server(shards, signum, exit_code):
     process = subprocess.Popen(
         [sys.executable, "-m", "tfopt", "bench", "pipeline", str(shards), *QUICK,
-         "--repeats", "50", "--service-workers", "2"],
+         "--repeats", "50", "--service-workers", "1"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     try:
-        for line in process.stderr:  # wait for the first run through the service
-            if "service-2" in line:
+        runs = 0
+        for line in process.stderr:  # wait until runs through the service are under way
+            runs += line.startswith("run ") and "service-1" in line
+            if runs == 2:  # mid-run: 48 of the 50 rounds are still to come
                 break
         servers = _servers_of(process.pid)
-        assert len(servers) == 3  # a dispatcher and two workers
+        assert len(servers) == 2  # a dispatcher and its worker
         process.send_signal(signum)
         assert process.wait(timeout=60) == exit_code
     finally:
@@ -138,7 +140,7 @@ def test_ctrl_c_sigterm_or_kill_during_the_run_leaves_no_server(shards, signum, 
 
 
 def test_local_services_start_one_dispatcher_per_count_and_stop_them():
-    with local_services([0, 2, 1, 2]) as services:
+    with local_services([0, 2, 1, 2]) as services:  # 0 is no service; a count starts once
         addresses = {services.address(1), services.address(2)}
         assert all(address.startswith("grpc://localhost:") for address in addresses)
         assert len(addresses) == 2 and len(services.pids()) == 2 + 3

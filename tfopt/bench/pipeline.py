@@ -372,6 +372,8 @@ def run_pipeline_bench(settings: BenchSettings, methods=None, progress=None) -> 
                 for epoch, rate in enumerate(epoch_rates):
                     rates[run][epoch].append(rate)
                 del dataset
+                if local is not None:
+                    local.check_signals()
                 if progress:
                     progress(f"run {repeat + 1}/{settings.repeats} {run:6s} "
                              + " ".join(f"{rate:8.1f}" for rate in epoch_rates) + " examples/s")

@@ -29,10 +29,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from tfopt._signals import PendingSignal, signals_raise
 from tfopt._supervisor import Supervisor
 from tfopt.data import service
 from tfopt.errors import TfoptError
@@ -57,8 +57,9 @@ class _Server:
 class LocalServices:
     """Dispatchers and workers started by :func:`local_services`; see the module docstring."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, signals: PendingSignal | None = None):
         self._workdir = workdir
+        self._signals = signals
         self._addresses: dict[int, str] = {}
         self._servers: list[_Server] = []
         # one supervisor a role: workers are stopped before their dispatchers; SIGKILL when
@@ -71,6 +72,13 @@ class LocalServices:
     def address(self, workers: int) -> str:
         """The dispatcher address (``grpc://localhost:PORT``) of the ``workers``-worker service."""
         return self._addresses[workers]
+
+    def check_signals(self) -> None:
+        """Raise SIGTERM's SystemExit or Ctrl-C's KeyboardInterrupt if one came and its first
+        raise was swallowed (in a ``__del__``): a safe point between runs, so that a long
+        benchmark stops within one run."""
+        if self._signals is not None:
+            self._signals.check()
 
     def pids(self) -> list[int]:
         """Process ids of every server started (running or not)."""
@@ -142,8 +150,8 @@ def local_services(worker_counts, progress=None,
     """
     counts = sorted({count for count in worker_counts if count > 0})
     with tempfile.TemporaryDirectory(prefix="tfopt-service-") as workdir, \
-            _sigterm_as_exit():
-        services = LocalServices(Path(workdir))
+            signals_raise(_SIGNAL_EXITS) as signals:
+        services = LocalServices(Path(workdir), signals)
         try:
             # dispatchers first, then every worker at once: they import TensorFlow in parallel
             dispatchers = [services._start("dispatcher", ["--port", "0"], count)
@@ -163,25 +171,10 @@ def local_services(worker_counts, progress=None,
             services._stop()
 
 
-@contextlib.contextmanager
-def _sigterm_as_exit():
-    """Turn SIGTERM into SystemExit while the servers run, so that they are stopped too.
-
-    Only from the main thread, and only where nobody else handles SIGTERM; restored after.
-    """
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
-        yield
-        return
-
-    def on_sigterm(signum, frame):
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+# SIGTERM exits 143 (128 + 15); Ctrl-C stays KeyboardInterrupt, and both stop the servers
+# first, even where TensorFlow swallows the first raise (see tfopt/_signals.py)
+_SIGNAL_EXITS = {signal.SIGTERM: lambda: SystemExit(128 + signal.SIGTERM),
+                 signal.SIGINT: KeyboardInterrupt}
 
 
 def _proc_cpu_seconds(pid: int) -> float:

@@ -21,6 +21,7 @@ import threading
 import time
 from pathlib import Path
 
+from tfopt._signals import sigterm_raises
 from tfopt._supervisor import die_with_parent, stop_processes
 from tfopt.errors import TfoptError
 from tfopt.records.convert.journal import Journal
@@ -163,27 +164,10 @@ class Terminated(KeyboardInterrupt):
     signum = signal.SIGTERM
 
 
-@contextlib.contextmanager
 def sigterm_as_interrupt():
     """Raise :class:`Terminated` on SIGTERM while the block runs, instead of dying at once
-    (which leaves the journal, temporary files and the pool's semaphores behind).
-
-    Only in the main thread, and only where SIGTERM has its default action (a program that
-    handles SIGTERM itself keeps its handler); restored after.
-    """
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
-        yield
-        return
-
-    def on_sigterm(signum, frame):
-        raise Terminated()
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    (which leaves the journal, temporary files and the pool's semaphores behind)."""
+    return sigterm_raises(Terminated)
 
 
 _HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)

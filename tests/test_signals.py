@@ -1,0 +1,71 @@
+"""tfopt._signals: SIGTERM as an exception, and not lost when its first raise is swallowed."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from tfopt._signals import signals_raise, sigterm_raises
+
+
+class Stopped(Exception):
+    pass
+
+
+def test_sigterm_raises_in_the_block_and_the_default_comes_back():
+    with pytest.raises(Stopped):
+        with sigterm_raises(Stopped):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # the handler runs between bytecodes, soon after
+                pass
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+class _SignalsWhileDeleted:
+    def __init__(self, signum=signal.SIGTERM):
+        self.signum = signum
+
+    def __del__(self):
+        # the handler's exception is raised here, in a __del__: Python prints "Exception
+        # ignored" and carries on, as it does inside TensorFlow's iterators' finalizers
+        os.kill(os.getpid(), self.signum)
+        for _ in range(1000):
+            pass
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_sigterm_swallowed_in_a_del_is_raised_at_the_next_check_and_at_the_end():
+    with pytest.raises(Stopped):
+        with sigterm_raises(Stopped) as pending:
+            _SignalsWhileDeleted()  # deleted at once: the raise inside it is lost
+            assert pending.received
+            pending.check()
+    with pytest.raises(Stopped):
+        with sigterm_raises(Stopped) as pending:
+            _SignalsWhileDeleted()
+    # without the recorded signal, nothing is raised
+    with sigterm_raises(Stopped) as pending:
+        pending.check()
+
+
+def test_a_program_with_its_own_sigterm_handler_keeps_it():
+    def own(signum, frame):
+        pass
+
+    previous = signal.signal(signal.SIGTERM, own)
+    try:
+        with sigterm_raises(Stopped):
+            assert signal.getsignal(signal.SIGTERM) is own
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_ctrl_c_taken_over_too_where_asked_and_python_s_handler_restored():
+    with pytest.raises(KeyboardInterrupt):
+        with signals_raise({signal.SIGINT: KeyboardInterrupt}) as pending:
+            _SignalsWhileDeleted(signal.SIGINT)  # swallowed in the __del__, raised at the end
+    assert pending.received
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
