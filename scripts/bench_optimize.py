@@ -10,7 +10,8 @@ Each case is one flawed pipeline, the bottleneck the analysis should name, and t
 Every round builds each pipeline anew (a cache must not survive into the next round): the
 original twice (the second, "again", is the run's noise floor), the guide's recipe and
 optimize's. It times whole epochs of each, every one from a new iterator drained in-graph to its
-end, the pipelines taking turns epoch by epoch in an order that rotates with the round; the
+end, the pipelines taking turns (a share of the time each) in an order that rotates with the
+round; the
 table has the medians.
 ``optimize`` is called once per round on a fresh copy; its time is in the table.
 """
@@ -41,6 +42,7 @@ from tfopt.analysis import measure  # noqa: E402
 AUTOTUNE = tf.data.AUTOTUNE
 SIZE = 224
 BATCH = 64
+SLICES = 4  # turns the pipelines take in each round's timing (see epoch_rates)
 
 
 @dataclass
@@ -232,8 +234,8 @@ def epoch_rates(datasets: dict, order: list[str], case: Case, seconds: float) ->
     in-graph to its end: for a cached case, its first epoch (it fills the cache) and the
     median of the later ones; else the median epoch.
 
-    The datasets take turns epoch by epoch (``order``), until each has run at least
-    ``seconds`` of later epochs: on this shared VM an epoch now and then runs at half speed
+    The datasets take turns (``order``), in each turn running whole epochs up to their share
+    of ``seconds``, until each has run at least ``seconds`` of later epochs: on this shared VM an epoch now and then runs at half speed
     (seen in single passes of one unchanged pipeline, 23 against 47 ex/s), and a slow spell
     then falls on all of them rather than on one.
     """
@@ -246,11 +248,14 @@ def epoch_rates(datasets: dict, order: list[str], case: Case, seconds: float) ->
     first = {name: one_epoch(datasets[name])[0] for name in order} if case.cached else {}
     later = {name: [] for name in order}
     spent = dict.fromkeys(order, 0.0)
-    while min(spent.values()) < seconds:
+    # in SLICES turns, each runs epochs until it has spent its share of the time so far: a
+    # cached pipeline's 50-ms epochs must not make an uncached one's 3-s epochs run 60 times
+    for turn in range(1, SLICES + 1):
         for name in order:
-            rate, took = one_epoch(datasets[name])
-            later[name].append(rate)
-            spent[name] += took
+            while spent[name] < seconds * turn / SLICES or not later[name]:
+                rate, took = one_epoch(datasets[name])
+                later[name].append(rate)
+                spent[name] += took
     return {name: ((first[name],) if case.cached else ()) + (statistics.median(later[name]),)
             for name in order}
 
@@ -295,7 +300,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=8.0, help="optimize's budget")
     parser.add_argument("--measure", type=float, default=3.0,
                         help="seconds of whole epochs per pipeline and round")
-    parser.add_argument("--only", help="run the cases whose name or data contain this")
+    parser.add_argument("--only", help="run the cases whose name or data contain one of "
+                        "these comma-separated words")
     args = parser.parse_args(argv)
     data = make_data(args.work)
     print("| pipeline | data | bottleneck named (expected) | optimize: changes | "
@@ -303,7 +309,8 @@ def main(argv=None) -> int:
           "| analyse s | optimize s |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for case in cases(data):
-        if args.only and args.only not in case.name and args.only not in case.data:
+        if args.only and not any(word in case.name or word in case.data
+                                 for word in args.only.split(",")):
             continue
         out = run_case(case, args.rounds, args.seconds, args.measure)
         named = ", ".join(sorted(set(out["bottlenecks"])))
@@ -316,7 +323,7 @@ def main(argv=None) -> int:
               f"{ratio(out['again'], out['original'])} | {out['analyse_s']:.1f} | {out['optimize_s']:.1f} |", flush=True)
     print(f"\nCached cases: epoch 1 / the later epochs. Medians of {args.rounds} rounds, each "
           f"the median of at least {args.measure:g} s of whole epochs, the pipelines taking "
-          f"turns epoch by epoch. 'original again' is the original built a second time and "
+          f"turns. 'original again' is the original built a second time and "
           f"timed beside it: how far two runs of one pipeline differ here. "
           f"TensorFlow {tf.__version__}, "
           f"{os.cpu_count()} CPUs.")

@@ -41,6 +41,17 @@ def test_cache_at_the_highest_stage_that_fits_below_every_random_one():
     assert ".cache()" in rec.message
 
 
+def test_cache_at_the_top_when_only_a_prefetch_follows():
+    # nothing after the cache point costs anything but reading the cache back: the model must
+    # still see the speed-up (it once read "no cost left" as "no gain" and advised nothing)
+    dataset = (tf.data.Dataset.range(200)
+               .map(matmul_work, num_parallel_calls=AUTOTUNE, name="work")
+               .batch(8, name="batches").prefetch(2))
+    rec = only(tfopt.analyze(dataset, seconds=1.0, cores=2), "cache")
+    assert rec.stage == "batches"
+    assert rec.expected_speedup > 2
+
+
 def test_no_cache_where_the_epoch_exceeds_the_ram_budget_or_a_cache_exists():
     dataset = (tf.data.Dataset.range(200).map(matmul_work, num_parallel_calls=AUTOTUNE)
                .batch(8).prefetch(2))

@@ -135,6 +135,16 @@ def _speedup(after, plan: Allocation) -> float:
     return after / plan.predicted_per_s
 
 
+# what a cached element costs to read back: a fixed per-element cost (an iterator step, a
+# tensor handed on) plus its bytes at a conservative single-core memory-copy rate
+_CACHE_READ_FIXED_S = 2e-6
+_CACHE_READ_BYTES_PER_S = 4e9
+
+
+def _cache_read_s(bytes_per_element: float) -> float:
+    return _CACHE_READ_FIXED_S + bytes_per_element / _CACHE_READ_BYTES_PER_S
+
+
 def _size(num_bytes: float) -> str:
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if num_bytes >= scale:
@@ -157,8 +167,12 @@ def _cache(stages, cores, plan: Allocation, ram_budget) -> list[Recommendation]:
         size = stage.bytes_per_element * stage.cardinality
         if ram_budget is not None and size > ram_budget:
             continue
-        # from the second epoch on, the stages up to here cost (about) nothing
-        after = _rate_with(stages, cores, {s.index: 0.0 for s in stages[:stage.index + 1]})
+        # from the second epoch on, the stages below cost nothing and this one what reading
+        # its elements back from memory costs: with nothing after it but hand-offs, zero
+        # everywhere would leave the model no cost at all, and so no speed-up to offer
+        freed = {s.index: 0.0 for s in stages[:stage.index]}
+        freed[stage.index] = _cache_read_s(stage.bytes_per_element)
+        after = _rate_with(stages, cores, freed)
         speedup = _speedup(after, plan)
         if speedup < WORTH:
             return []  # lower caches save even less
