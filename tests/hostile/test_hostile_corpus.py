@@ -3,7 +3,7 @@
 What holds for every case: no traceback, no hang, no death by a signal, an exit code of 0 or 1
 (2 for click's usage errors), and a refusal is one ``tfopt: error:`` line that leaves nothing
 written. An accepted dataset verifies and reads back through TensorFlow (one process reads them
-all); a damaged one fails verify. The README states how many inputs the corpus holds, and a
+all, each as soon as its case ends); a damaged one fails verify. The README states how many inputs the corpus holds, and a
 test keeps that number true.
 """
 
@@ -15,6 +15,8 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -118,11 +120,18 @@ def corpus(tmp_path_factory, tf):
              + damage_cases(root / "damaged", pristine)
              + interrupted_cases(root / "killed", big, records=300))
     destinations_before = {c.name: _listing(c.dst) for c in cases if c.dst is not None}
+    read_back = ReadBack()
+
+    def run_then_read_back(case: Case) -> Outcome:
+        outcome = _run(case)
+        read_back.add(outcome)
+        return outcome
+
     with ThreadPoolExecutor(2) as pool:
-        outcomes = {o.case.name: o for o in pool.map(_run, cases)}
+        outcomes = {o.case.name: o for o in pool.map(run_then_read_back, cases)}
     for outcome in outcomes.values():
         outcome.destination_before = destinations_before.get(outcome.case.name)
-    return outcomes, _read_back(outcomes)
+    return outcomes, read_back.results()
 
 
 def _listing(path: Path | None):
@@ -140,7 +149,8 @@ _READ_BACK = """
 import json, sys
 import tfopt
 results = {}
-for name, path, records in json.loads(sys.argv[1]):
+for line in sys.stdin:  # one accepted dataset a line, sent as soon as its case has finished
+    name, path = json.loads(line)
     try:
         count = 0
         for batch in tfopt.build_pipeline(path, 16, image_size=16):
@@ -154,16 +164,38 @@ print(json.dumps(results))
 """
 
 
-def _read_back(outcomes) -> dict:
-    """Every accepted dataset read whole through tfopt's TensorFlow pipeline, in one process."""
-    accepted = [(name, str(o.case.dst), o.case.records) for name, o in outcomes.items()
-                if o.case.dst is not None and o.returncode == 0 and not o.hung
-                and (o.case.dst / "manifest.json").exists()]
-    result = subprocess.run([sys.executable, "-c", _READ_BACK, json.dumps(accepted)],
-                            env=dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2"),
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+class ReadBack:
+    """Every accepted dataset read whole through tfopt's TensorFlow pipeline, in one process.
+
+    The process starts before the cases run and reads each dataset as soon as its case has
+    finished: its TensorFlow start-up and its reads (one core's work) overlap the cases
+    instead of following them.
+    """
+
+    def __init__(self):
+        # stderr to a file: TensorFlow's warnings must never fill a pipe nobody reads yet
+        self.stderr = tempfile.TemporaryFile("w+")
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _READ_BACK], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self.stderr, text=True,
+            env=dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2"))
+        self.lock = threading.Lock()
+
+    def add(self, outcome: Outcome) -> None:
+        """Sends the case's dataset if the command accepted it and wrote a manifest."""
+        dst = outcome.case.dst
+        if (dst is not None and outcome.returncode == 0 and not outcome.hung
+                and (dst / "manifest.json").exists()):
+            with self.lock:  # the pool's threads share the one pipe: whole lines only
+                self.process.stdin.write(json.dumps([outcome.case.name, str(dst)]) + "\n")
+                self.process.stdin.flush()
+
+    def results(self) -> dict:
+        stdout, _ = self.process.communicate(timeout=600)
+        self.stderr.seek(0)
+        assert self.process.returncode == 0, self.stderr.read()[-3000:]
+        self.stderr.close()
+        return json.loads(stdout.strip().splitlines()[-1])
 
 
 def _error_lines(text: str) -> list[str]:

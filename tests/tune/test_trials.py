@@ -3,6 +3,8 @@ and in fresh processes (``python -m tfopt.tune.trials``)."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 import tune_fixtures
@@ -52,11 +54,17 @@ def test_resident_memory_after_a_larger_trial_is_interpolated_not_counted_again(
 
 
 def test_isolated_trials_in_fresh_processes(model_module):
-    fits = isolated_trial(f"{model_module}:build", {"image_size": 8}, 64, 1, 10 << 20, 120)
+    # four independent trial processes, each mostly TensorFlow's single-threaded start-up:
+    # two at a time, one per core
+    trials = {"fits": ("build", {"image_size": 8}, 10 << 20), "over": ("build", {}, 1000),
+              "killed": ("killed", {}, None), "nope": ("nope", {}, None)}
+    with ThreadPoolExecutor(2) as pool:
+        running = {name: pool.submit(isolated_trial, f"{model_module}:{function}", kwargs, 64, 1,
+                                     budget, 120)
+                   for name, (function, kwargs, budget) in trials.items()}
+    fits, over, killed = (running[name].result() for name in ("fits", "over", "killed"))
     assert fits.fits and fits.peak_bytes > 0
-    over = isolated_trial(f"{model_module}:build", {}, 64, 1, 1000, 120)
     assert not over.fits and "budget" in over.detail
-    killed = isolated_trial(f"{model_module}:killed", {}, 64, 1, None, 120)
     assert not killed.fits and "signal 9" in killed.detail
     with pytest.raises(TfoptError, match="has no function 'nope'"):
-        isolated_trial(f"{model_module}:nope", {}, 64, 1, None, 120)
+        running["nope"].result()
