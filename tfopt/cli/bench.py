@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from tfopt.bench.service_workers import MAX_SERVICE_WORKERS  # imports no TensorFlow
 from tfopt.cli._common import batch_size_list, echo_json, json_option, needs_tensorflow, plot_path
 from tfopt.models import MIN_IMAGE_SIZE, ModelName, ModelSize  # imports no TensorFlow
 
@@ -17,6 +16,8 @@ def bench():
 def _worker_counts(ctx, param, value):
     if not value:
         return ()
+    # imported here: the service's modules cost every other tfopt command 14 ms at start-up
+    from tfopt.bench.service_workers import MAX_SERVICE_WORKERS  # noqa: PLC0415 - no TF
     try:
         counts = tuple(int(part) for part in value.split(","))
     except ValueError:

@@ -17,9 +17,6 @@ import click
 
 from tfopt.cli._common import finite, json_option
 from tfopt.errors import InvalidArgumentError
-from tfopt.gpu.doctor import CheckStatus, run_doctor
-from tfopt.gpu.nvml import NvmlSession
-from tfopt.gpu.sampler import SampleSchedule
 from tfopt.gpu.table import (
     CSV_FIELDS,
     DEFAULT_LOW_UTIL,
@@ -122,6 +119,9 @@ def monitor(interval, count, csv_path, jsonl_path, low_util):
     whose clocks are held down by power or heat; LOW-UTIL one that waits for work (usually the
     input pipeline). Ctrl-C stops it (exit code 0). Exit code 1 when no NVIDIA GPU is usable.
     """
+    from tfopt.gpu.nvml import NvmlSession  # noqa: PLC0415 - imported when a command needs it
+    from tfopt.gpu.sampler import SampleSchedule  # noqa: PLC0415
+
     session = NvmlSession()
     files = None
     try:
@@ -152,12 +152,8 @@ def monitor(interval, count, csv_path, jsonl_path, low_util):
         session.close()
 
 
-_STATUS_COLOURS = {
-    CheckStatus.OK: "green",
-    CheckStatus.WARN: "yellow",
-    CheckStatus.FAIL: "red",
-    CheckStatus.SKIP: None,
-}
+# by CheckStatus value: the doctor's modules load only when `tfopt doctor` runs
+_STATUS_COLOURS = {"OK": "green", "WARN": "yellow", "FAIL": "red", "SKIP": None}
 
 
 @click.command()
@@ -168,13 +164,15 @@ def doctor(as_json):
     Each check is OK, WARN, FAIL or SKIP (does not apply here) with a one-line recommendation.
     Runs without TensorFlow installed, and says so. Exit code 1 when a check fails.
     """
+    from tfopt.gpu.doctor import run_doctor  # noqa: PLC0415 - imported when a command needs it
+
     report = run_doctor()
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
         width = max(len(check.name) for check in report.checks)
         for check in report.checks:
-            status = click.style(f"{check.status.value:<4}", fg=_STATUS_COLOURS[check.status])
+            status = click.style(f"{check.status.value:<4}", fg=_STATUS_COLOURS[check.status.value])
             click.echo(f"{status}  {check.name:<{width}}  {check.summary}")
             if check.recommendation:
                 click.echo(f"{'':4}  {'':<{width}}  -> {check.recommendation}")

@@ -17,22 +17,61 @@ Example:
     >>> state.ok or state.message
 """
 
-from tfopt.gpu.compat import ArchSupport, arch_support, min_driver_for_cuda, tensor_core_dtypes
-from tfopt.gpu.doctor import Check, CheckStatus, DoctorReport, run_doctor
-from tfopt.gpu.hardware import (
-    CpuFeatures,
-    GpuInfo,
-    HardwareFacts,
-    TensorFlowInfo,
-    cpu_features,
-    gather_facts,
-    nvidia_gpus,
-    tensorflow_info,
-)
-from tfopt.gpu.nvml import NvmlSession, NvmlState, NvmlStatus, gpu_snapshots, nvml_state
-from tfopt.gpu.sampler import FieldStats, GpuSampler, GpuStats, SampleSchedule
-from tfopt.gpu.snapshot import GpuProcess, GpuSnapshot, decode_clock_reasons
-from tfopt.gpu.table import format_table, snapshot_record
+import importlib
+
+# Each name is imported from its module on first use (PEP 562): `import tfopt.gpu.table`, as the
+# CLI does for every command, must not pay for the hardware probes' imports (50 ms here).
+_EXPORTS = {
+    "ArchSupport": "tfopt.gpu.compat",
+    "Check": "tfopt.gpu.doctor",
+    "CheckStatus": "tfopt.gpu.doctor",
+    "CpuFeatures": "tfopt.gpu.hardware",
+    "DoctorReport": "tfopt.gpu.doctor",
+    "FieldStats": "tfopt.gpu.sampler",
+    "GpuInfo": "tfopt.gpu.hardware",
+    "GpuProcess": "tfopt.gpu.snapshot",
+    "GpuSampler": "tfopt.gpu.sampler",
+    "GpuSnapshot": "tfopt.gpu.snapshot",
+    "GpuStats": "tfopt.gpu.sampler",
+    "HardwareFacts": "tfopt.gpu.hardware",
+    "NvmlSession": "tfopt.gpu.nvml",
+    "NvmlState": "tfopt.gpu.nvml",
+    "NvmlStatus": "tfopt.gpu.nvml",
+    "SampleSchedule": "tfopt.gpu.sampler",
+    "TensorFlowInfo": "tfopt.gpu.hardware",
+    "arch_support": "tfopt.gpu.compat",
+    "cpu_features": "tfopt.gpu.hardware",
+    "decode_clock_reasons": "tfopt.gpu.snapshot",
+    "format_table": "tfopt.gpu.table",
+    "gather_facts": "tfopt.gpu.hardware",
+    "gpu_snapshots": "tfopt.gpu.nvml",
+    "min_driver_for_cuda": "tfopt.gpu.compat",
+    "nvidia_gpus": "tfopt.gpu.hardware",
+    "nvml_state": "tfopt.gpu.nvml",
+    "run_doctor": "tfopt.gpu.doctor",
+    "snapshot_record": "tfopt.gpu.table",
+    "tensor_core_dtypes": "tfopt.gpu.compat",
+    "tensorflow_info": "tfopt.gpu.hardware",
+}
+
+
+_SUBMODULES = ("compat", "doctor", "hardware", "nvml", "sampler", "snapshot", "table")
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:  # tfopt.gpu.hardware after a bare `import tfopt.gpu`, as before
+        return importlib.import_module(f"{__name__}.{name}")
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tfopt.gpu' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next look-up finds it directly
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
 
 __all__ = [
     "ArchSupport",
