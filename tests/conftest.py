@@ -165,6 +165,17 @@ def feature_values(example, name: str) -> list:
     return list(getattr(feature, feature.WhichOneof("kind")).value)
 
 
+def one_error_line(result) -> str:
+    """The single ``tfopt: error: ...`` line of a failed run, prefix included: exit code 1 and
+    nothing else on stderr (no traceback, no second line). ``result`` is a click ``CliRunner``
+    result or a finished ``subprocess`` run."""
+    code = result.exit_code if hasattr(result, "exit_code") else result.returncode
+    assert code == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tfopt: error: "), result.stderr
+    return lines[0]
+
+
 def spawned_children(pid: int) -> list[int]:
     """Worker processes of ``pid`` (multiprocessing's spawn children, not its resource tracker)."""
     children = []

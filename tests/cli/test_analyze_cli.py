@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 from click.testing import CliRunner
+from conftest import one_error_line
 
 from tfopt.cli import cli
 
@@ -78,13 +79,6 @@ def test_apply_makes_the_rewrites_and_measures_before_and_after(example):
     table = run("analyze", f"{example}:sequential_lookup", "--seconds", "2", "--apply", "-q")
     assert table.exit_code == 0 and "rewrites (tfopt.optimize):" in table.stdout
     assert "measured:" in table.stdout and table.stderr == ""
-
-
-def one_error_line(result) -> str:
-    assert result.exit_code == 1, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("tfopt: error: "), result.stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize("suffix, expected", [

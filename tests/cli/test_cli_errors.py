@@ -14,7 +14,7 @@ import struct
 
 import pytest
 from click.testing import CliRunner
-from conftest import make_image_folder, small_image_dataset
+from conftest import make_image_folder, one_error_line, small_image_dataset
 
 import tfopt
 from tfopt.cli import cli
@@ -22,14 +22,6 @@ from tfopt.cli import cli
 
 def run(*args):
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
-
-def one_error_line(result) -> str:
-    """The single 'tfopt: error: ...' line of a failed command."""
-    assert result.exit_code == 1, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("tfopt: error: "), result.stderr
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from conftest import one_error_line
 
 import tfopt
 from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME, read_manifest
@@ -62,11 +63,8 @@ def run_convert(*args, **popen) -> subprocess.CompletedProcess:
 
 
 def error_line(result: subprocess.CompletedProcess) -> str:
-    """The single `tfopt: error:` line of a failed run (exit code 1, no traceback)."""
-    assert result.returncode == 1, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("tfopt: error: "), result.stderr
-    return lines[0].removeprefix("tfopt: error: ")
+    """The message of the run's single `tfopt: error:` line, without that prefix."""
+    return one_error_line(result).removeprefix("tfopt: error: ")
 
 
 def skipped_reasons(dataset: Path) -> dict[str, str]:
