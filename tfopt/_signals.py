@@ -26,6 +26,11 @@ class PendingSignal:
     def __init__(self):
         self._make_exception: Callable[[], BaseException] | None = None
 
+    def record(self, make_exception: Callable[[], BaseException]) -> None:
+        """Note a signal's exception (only the first one counts)."""
+        if self._make_exception is None:
+            self._make_exception = make_exception
+
     @property
     def received(self) -> bool:
         return self._make_exception is not None
@@ -54,8 +59,7 @@ def signals_raise(
              if signal.getsignal(signum) is _DEFAULT_HANDLERS[signum]]
 
     def on_signal(signum, frame):
-        if pending._make_exception is None:
-            pending._make_exception = exceptions[signum]
+        pending.record(exceptions[signum])
         raise exceptions[signum]()
 
     for signum in taken:

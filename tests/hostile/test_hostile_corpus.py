@@ -3,8 +3,8 @@
 What holds for every case: no traceback, no hang, no death by a signal, an exit code of 0 or 1
 (2 for click's usage errors), and a refusal is one ``tfopt: error:`` line that leaves nothing
 written. An accepted dataset verifies and reads back through TensorFlow (one process reads them
-all, each as soon as its case ends); a damaged one fails verify. The README states how many inputs the corpus holds, and a
-test keeps that number true.
+all, each as soon as its case ends); a damaged one fails verify. The README states how many
+inputs the corpus holds, and a test keeps that number true.
 """
 
 from __future__ import annotations

@@ -54,8 +54,8 @@ _EXPORTS = {
     "tensorflow_info": "tfopt.gpu.hardware",
 }
 
-
-_SUBMODULES = ("compat", "doctor", "hardware", "nvml", "sampler", "snapshot", "table")
+# every module that exports a name above ("compat", "doctor", ...)
+_SUBMODULES = frozenset(module.rsplit(".", 1)[1] for module in _EXPORTS.values())
 
 
 def __getattr__(name: str):
@@ -73,35 +73,4 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_EXPORTS])
 
 
-__all__ = [
-    "ArchSupport",
-    "Check",
-    "CheckStatus",
-    "CpuFeatures",
-    "DoctorReport",
-    "FieldStats",
-    "GpuInfo",
-    "GpuProcess",
-    "GpuSampler",
-    "GpuSnapshot",
-    "GpuStats",
-    "HardwareFacts",
-    "NvmlSession",
-    "NvmlState",
-    "NvmlStatus",
-    "SampleSchedule",
-    "TensorFlowInfo",
-    "arch_support",
-    "cpu_features",
-    "decode_clock_reasons",
-    "format_table",
-    "gather_facts",
-    "gpu_snapshots",
-    "min_driver_for_cuda",
-    "nvidia_gpus",
-    "nvml_state",
-    "run_doctor",
-    "snapshot_record",
-    "tensor_core_dtypes",
-    "tensorflow_info",
-]
+__all__ = sorted(_EXPORTS)
