@@ -127,8 +127,12 @@ def corpus(tmp_path_factory, tf):
         read_back.add(outcome)
         return outcome
 
-    with ThreadPoolExecutor(2) as pool:
-        outcomes = {o.case.name: o for o in pool.map(run_then_read_back, cases)}
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            outcomes = {o.case.name: o for o in pool.map(run_then_read_back, cases)}
+    except BaseException:  # a case broke the harness: stop the reader, which would wait for input
+        read_back.process.kill()
+        raise
     for outcome in outcomes.values():
         outcome.destination_before = destinations_before.get(outcome.case.name)
     return outcomes, read_back.results()
