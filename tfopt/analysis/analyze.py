@@ -160,11 +160,12 @@ def _measure(prefix, seconds, stage, tf, measure, tfapi, model=False, shuffled=F
             # a short finite prefix: its rate from whole passes, as epochs run them (a window
             # inside a pass of a shuffle is biased; see measure.whole_passes), and TensorFlow's
             # model, which drops a finished iterator's nodes, from a repeat() of the
-            # analysis's own
-            measured = measure.whole_passes(prefix, seconds)
-            if model:
+            # analysis's own; the drained pass is finished and counted as the first
+            first = measure.finish_pass(iterator, first)
+            measured = measure.whole_passes(prefix, seconds, first=first)
+            if model:  # the rate is measured: the model needs a few elements after the wait
                 iterator = iter(prefix.repeat())
-                measure.drain(iterator, min(seconds, 1.0))
+                measure.drain(iterator, min(seconds / 4, 1.0))
         return measured, (tfapi.model_proto(iterator) if model else None), first, passes
     except tf.errors.OpError as error:
         raise UnsupportedDatasetError(

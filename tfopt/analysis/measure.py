@@ -24,6 +24,7 @@ class Measurement:
     seconds: float
     exhausted: bool  # the dataset ended before the budget did
     total: int = 0  # every element drained, the warm-up's included (a whole pass if exhausted)
+    wall: float = 0.0  # from the first call to the last element: the wait for the first included
 
     @property
     def rate(self) -> float:
@@ -58,7 +59,7 @@ def drain(iterator, seconds: float, clock=time.perf_counter,
     # once measured one element in it, a rate of 2 records a second
     start = clock()
     if done:
-        return Measurement(total, max(start - begin, 1e-9), True, total)
+        return Measurement(total, max(start - begin, 1e-9), True, total, start - begin)
     warm_until = start + (_WARMUP_FRACTION * seconds if warmup is None else warmup)
     end = start + seconds + (0.0 if warmup is None else warmup)
     chunk, counted, counted_from, after = 2, 0, None, start
@@ -76,17 +77,32 @@ def drain(iterator, seconds: float, clock=time.perf_counter,
             break
         if after - before < _CALL_SECONDS:
             chunk = min(chunk * 2, 1 << 20)
+    wall = after - begin
     if counted_from is None or counted == 0:  # ended (or one slow call) inside the warm-up
-        return Measurement(total - 1, max(after - start, 1e-9), done, total) if total > 1 else (
-            Measurement(total, max(after - begin, 1e-9), done, total))
-    return Measurement(counted, max(after - counted_from, 1e-9), done, total)
+        return Measurement(total - 1, max(after - start, 1e-9), done, total, wall) if total > 1 \
+            else Measurement(total, max(wall, 1e-9), done, total, wall)
+    return Measurement(counted, max(after - counted_from, 1e-9), done, total, wall)
 
 
-def whole_passes(dataset, seconds: float, skip: int = 0,
-                 clock=time.perf_counter) -> Measurement:
+def finish_pass(iterator, drained: Measurement, clock=time.perf_counter) -> Measurement:
+    """The pass ``drain`` began on ``iterator``, drained to its end and timed whole from the
+    first call: a whole pass without starting another (for a shuffle of all the data, a new
+    pass means filling its buffer again; that doubled the analysis of a photo pipeline)."""
+    if drained.exhausted:
+        return Measurement(drained.total, max(drained.wall, 1e-9), True, drained.total,
+                           drained.wall)
+    start = clock()
+    total = drained.total + _to_end(iterator)
+    wall = drained.wall + clock() - start
+    return Measurement(total, max(wall, 1e-9), True, total, wall)
+
+
+def whole_passes(dataset, seconds: float, skip: int = 0, clock=time.perf_counter,
+                 first: Measurement | None = None) -> Measurement:
     """The rate of a finite ``dataset`` over whole passes, each from a new iterator to its end
     (as epochs run: a shuffle buffer's filling and the iterator's start-up included), for
     about ``seconds`` and at least one pass, after ``skip`` untimed passes (a cache filling).
+    ``first``: a pass already timed (:func:`finish_pass`), counted as the first of them.
 
     A rate read inside one pass is not the pass's rate: a shuffle yields nothing while its
     buffer fills and then empties it without waiting on its input (a decode-bound pipeline
@@ -97,7 +113,7 @@ def whole_passes(dataset, seconds: float, skip: int = 0,
         return drain(iter(dataset), seconds)
     for _ in range(skip):
         _to_end(iter(dataset))
-    elements, spent = 0, 0.0
+    elements, spent = (0, 0.0) if first is None else (first.total, first.wall)
     while spent < seconds or elements == 0:
         start = clock()
         count = _to_end(iter(dataset))
@@ -122,9 +138,10 @@ def rate(dataset, seconds: float, whole_passes_within: float = 0.0) -> Measureme
     """The rate of ``dataset``: drained for ``seconds``, or over whole passes where a pass
     ended within that time, or where its cardinality is finite and a pass should take at most
     ``whole_passes_within`` seconds at the drained rate (0: only when one ended)."""
-    measured = drain(iter(dataset), seconds)
+    iterator = iter(dataset)
+    measured = drain(iterator, seconds)
     if needs_whole_passes(dataset, measured, whole_passes_within):
-        return whole_passes(dataset, seconds)
+        return whole_passes(dataset, seconds, first=finish_pass(iterator, measured))
     return measured
 
 
