@@ -243,20 +243,27 @@ def _problem(outcome: Outcome, read_back) -> str | None:
     return None
 
 
+def _records_in_manifest(dst: Path) -> int | None:
+    try:
+        return json.loads((dst / "manifest.json").read_text())["totals"]["num_records"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def _killed_problem(outcome: Outcome) -> str | None:
     case = outcome.case
     if outcome.verify_after_kill is not None:
         code, text = outcome.verify_after_kill
         if "Traceback" in text:
             return "verify after the kill: a traceback: " + text[-2000:]
-        # verify passes a killed conversion only if it had finished before the kill
-        if code != 1 and outcome.returncode != 0:
+        # verify passes a killed conversion only if it had finished before the kill: exited,
+        # or killed while shutting down after its manifest (written last) held every record
+        if code != 1 and outcome.returncode != 0 and _records_in_manifest(case.dst) != case.records:
             return "verify passed an interrupted conversion: " + text[-2000:]
     for argv, code, err in outcome.after:
         if code != 0 or "Traceback" in err:
             return f"{argv}: exit {code}\n{err[-2000:]}"
-    manifest = json.loads((case.dst / "manifest.json").read_text())
-    records = manifest["totals"]["num_records"]
+    records = _records_in_manifest(case.dst)
     if records != case.records:
         return f"finished with {records} records, expected {case.records}"
     return None
