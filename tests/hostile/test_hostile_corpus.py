@@ -86,9 +86,10 @@ def _run(case: Case) -> Outcome:
         if case.dst.exists():
             verify = _tfopt(["verify", str(case.dst), "-q"], env)
             outcome.verify_after_kill = (verify[0], verify[1] + verify[2])
+        finished = outcome.returncode == 0 or _records_in_manifest(case.dst) == case.records
         for argv in case.then:
-            if "--resume" in argv and outcome.returncode == 0:
-                continue  # it finished before the kill: nothing to resume
+            if "--resume" in argv and finished:
+                continue  # it finished before the kill (or was killed exiting): nothing to resume
             if "--resume" in argv and not _started(case.dst):
                 argv = [a for a in argv if a != "--resume"]  # killed before it began
             code, _, err, hung = _tfopt(argv, env)
