@@ -22,6 +22,7 @@ import os
 import shutil
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +40,8 @@ class Case:
     dst: Path | None = None  # the dataset folder a convert writes
     records: int | None = None  # the records an accepted dataset must hold
     env: dict = field(default_factory=dict)
-    kill_after_s: float | None = None  # SIGKILL the command this long after it starts
+    # SIGKILL the command once this holds of dst (polled every 2 ms while it runs)
+    kill_when: Callable[[Path], bool] | None = None
     then: list[list[str]] = field(default_factory=list)  # commands run after it, all exit 0
 
 
@@ -560,14 +562,33 @@ def shard_folder(dataset: Path) -> None:
 
 
 def interrupted_cases(root: Path, big_src: Path, records: int) -> list[Case]:
-    """A convert killed with SIGKILL part-way, at a few points: whatever it left must not pass
-    verify as a complete dataset unless it is one, and ``--resume`` must finish it."""
+    """A convert killed with SIGKILL while writing its first shard, a middle one and the last.
+    Whatever it left must not pass verify as a complete dataset, and ``--resume`` must finish
+    it.
+
+    The points are read off the output folder, not the clock: at fixed delays (0.4, 0.9 and
+    1.6 s) the kills came before the first shard or after the last on this machine."""
+    points = {f"while_writing_shard_{index}": _writing_shard(index) for index in (0, 6, 11)}
     cases = []
-    for delay in (0.4, 0.9, 1.6):
-        dst = root / f"killed-{delay}" / "dst"
+    for label, met in points.items():
+        dst = root / label / "dst"
         dst.parent.mkdir(parents=True)
         argv = ["convert", str(big_src), str(dst), "-q", "--workers", "1", "--shards", "12"]
-        cases.append(Case(f"killed/convert_at_{delay}s", argv, "either", dst=dst,
-                          records=records, kill_after_s=delay,
+        cases.append(Case(f"killed/{label}", argv, "either", dst=dst, records=records,
+                          kill_when=met,
                           then=[[*argv, "--resume"], ["verify", str(dst), "-q"]]))
     return cases
+
+
+def _names(folder: Path) -> list[str]:
+    try:
+        return [entry.name for entry in folder.iterdir()]
+    except OSError:  # not made yet
+        return []
+
+
+def _writing_shard(index: int) -> Callable[[Path], bool]:
+    # a shard is written to a hidden temporary file, renamed into place when complete
+    prefix = f".train-{index:05d}-of-"
+    return lambda dst: any(name.startswith(prefix) for name in _names(dst))
+
