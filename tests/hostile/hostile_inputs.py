@@ -591,4 +591,3 @@ def _writing_shard(index: int) -> Callable[[Path], bool]:
     # a shard is written to a hidden temporary file, renamed into place when complete
     prefix = f".train-{index:05d}-of-"
     return lambda dst: any(name.startswith(prefix) for name in _names(dst))
-
