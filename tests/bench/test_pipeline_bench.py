@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+import tensorflow as tf
 from click.testing import CliRunner
 from conftest import make_demo_shards
 
@@ -16,12 +18,15 @@ from tfopt.analysis.report import PipelineReport, Stage
 from tfopt.bench.pipeline import (
     STAGES,
     BenchSettings,
+    _time_epochs,
     breakdown_rates,
+    epoch_ends,
     run_pipeline_bench,
     slowest_stage,
     stage_breakdown,
 )
 from tfopt.cli import cli
+from tfopt.errors import InvalidArgumentError
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +145,41 @@ def test_keras_folder_needs_an_image_folder(tmp_path):
     report = run_pipeline_bench(moved, methods=["keras-folder", "tfopt"])
     assert list(report.results) == ["keras-folder", "tfopt"]
     assert not any("keras-folder" in note for note in report.notes)
+
+
+def test_an_epoch_ends_at_the_batch_that_completes_its_share_of_examples():
+    # batched before repeat: each pass ends with a short batch, worth only what it holds
+    assert epoch_ends([4, 4, 2] * 3, examples=10, epochs=3) == [2, 5, 8]
+    # repeated before batch (tfopt): a batch carries the next pass's first examples, and the
+    # running total keeps the ends from drifting a batch later every epoch
+    assert epoch_ends([4] * 8, examples=10, epochs=3) == [2, 4, 7]
+    # a batch larger than an epoch ends several (the benchmark refuses such a batch size)
+    assert epoch_ends([10, 10], examples=4, epochs=4) == [0, 0, 1, 1]
+    with pytest.raises(InvalidArgumentError, match="after 1 epoch"):
+        epoch_ends([4, 4, 2], examples=10, epochs=2)
+
+
+def test_timed_epochs_read_what_the_epochs_hold_and_no_more():
+    two_passes = tf.data.Dataset.range(10).batch(4).repeat(2)  # 6 batches: 4, 4, 2, 4, 4, 2
+    rates = _time_epochs(two_passes, examples=10, epochs=2)
+    assert len(rates) == 2 and all(rate > 0 for rate in rates)
+    with pytest.raises(InvalidArgumentError, match="ended after 2 epoch"):
+        _time_epochs(two_passes, examples=10, epochs=3)
+    with pytest.raises(StopIteration):  # fill: read on to 7 batches in all, of 6
+        _time_epochs(two_passes, examples=10, epochs=2, fill=7)
+
+
+def test_an_epoch_is_the_whole_pass_when_the_batch_does_not_divide_it(demo_shards):
+    settings = BenchSettings(demo_shards, batch_size=12, image_size=16, training=True,
+                             split="train", repeats=1, epochs=2)
+    report = run_pipeline_bench(settings, methods=["guide", "tfopt"])
+    records = tfopt.PipelineBuilder(demo_shards, batch_size=12, split="train",
+                                    image_size=16).source.num_records
+    assert records % 12 and report.examples_per_epoch == records
+    assert f"{records} examples per epoch" in report.describe()
+    assert report.notes == ()  # the cache, filled by the first pass, served the second
+    with pytest.raises(InvalidArgumentError, match=f"batch_size=400 .* the {records} examples"):
+        run_pipeline_bench(dataclasses.replace(settings, batch_size=400), methods=["tfopt"])
 
 
 def test_eval_settings_and_the_cli_json(demo_shards):

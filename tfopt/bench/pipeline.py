@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import statistics
@@ -68,7 +69,8 @@ class BenchSettings:
             Defaults to 1.
         repeats: Runs per method. Defaults to 3.
         cache: tfopt's cache setting ("auto", True, False). Defaults to "auto".
-        max_batches: Cap on batches per epoch (quick runs). When it cuts a run to less than
+        max_batches: Cap on full batches per epoch (quick runs; an epoch is otherwise every
+            record of the split, see :func:`epoch_ends`). When it cuts a run to less than
             one pass in all, tfopt's runs go without a cache under ``cache="auto"`` (it would
             only be filled in part and discarded), and the report says so. Defaults to None
             (whole epoch).
@@ -260,18 +262,65 @@ class BenchReport:
 # -- measuring ------------------------------------------------------------------------------
 
 
-def _time_epochs(dataset: tf.data.Dataset, steps: int, epochs: int, batch: int,
-                 then: int = 0) -> list[float]:
-    """Examples/s of each of ``epochs`` passes of ``steps`` batches, through one iterator;
-    then ``then`` batches more, untimed (to the end of a pass that fills a cache)."""
+def epoch_ends(batch_sizes, examples: int, epochs: int) -> list[int]:
+    """The index of the batch that completes each of ``epochs`` epochs of ``examples``.
+
+    Epoch k ends at the first batch whose running total of examples reaches k x ``examples``,
+    counting what each batch holds: a method that batches before it repeats ends a pass with a
+    short batch, and one that repeats first (tfopt) sends the next pass's first examples in the
+    same batch. Counting every batch as full would credit the first kind with examples it never
+    produced; timing only the full batches that fit in a pass would leave out of tfopt's first
+    epoch the decodes its shuffle buffer needs from the end of the pass.
+
+    Raises:
+        tfopt.InvalidArgumentError: The batches ran out first.
+
+    Example:
+        >>> epoch_ends([4, 4, 2, 4, 4, 2], examples=10, epochs=2)
+        [2, 5]
+        >>> epoch_ends([4, 4, 4, 4, 4], examples=10, epochs=2)
+        [2, 4]
+    """
+    ends = list(itertools.islice(_epoch_ends(iter(batch_sizes), examples), epochs))
+    if len(ends) < epochs:
+        raise InvalidArgumentError(f"the batches ran out after {len(ends)} epoch(s) of "
+                                   f"{examples:,} examples; {epochs} were asked for")
+    return ends
+
+
+def _epoch_ends(batch_sizes, examples: int):
+    """Lazily, what :func:`epoch_ends` returns: each end as soon as its batch is read."""
+    total = 0
+    for index, size in enumerate(batch_sizes):
+        total += size
+        ended = total // examples
+        for _ in range(ended - (total - size) // examples):
+            yield index
+
+
+def _time_epochs(dataset: tf.data.Dataset, examples: int, epochs: int,
+                 fill: int = 0) -> list[float]:
+    """Examples/s of each of ``epochs`` epochs of ``examples`` (:func:`epoch_ends`), through
+    one iterator; then on, untimed, to ``fill`` batches in all (to one element past the pass
+    that fills a cache)."""
     iterator = iter(dataset)
-    rates = []
-    for _ in range(epochs):
-        started = time.perf_counter()
-        for _ in range(steps):
-            next(iterator)
-        rates.append(steps * batch / (time.perf_counter() - started))
-    for _ in range(then):
+    taken = 0
+
+    def sizes():  # the leading dimension of each batch's first component: what it holds
+        nonlocal taken
+        for element in iterator:
+            taken += 1
+            yield int(tf.nest.flatten(element)[0].shape[0])
+
+    rates, started = [], time.perf_counter()
+    for _ in itertools.islice(_epoch_ends(sizes(), examples), epochs):
+        now = time.perf_counter()
+        rates.append(examples / (now - started))
+        started = now
+    if len(rates) < epochs:
+        raise InvalidArgumentError(f"the pipeline ended after {len(rates)} epoch(s) of "
+                                   f"{examples:,} examples; {epochs} were asked for")
+    for _ in range(fill - taken):
         next(iterator)
     return rates
 
@@ -318,10 +367,16 @@ def run_pipeline_bench(settings: BenchSettings, methods=None, progress=None) -> 
     if first.source.image_key is None:
         raise InvalidArgumentError(f"{settings.source}: the pipeline benchmark needs images")
     records = first.source.num_records or _count(first)
-    steps = max(1, records // settings.batch_size)
+    # an epoch is one pass (its last batch short or shared with the next pass: epoch_ends),
+    # or as many examples as max_batches full batches hold, where that is less
+    examples = records
+    if records < settings.batch_size:  # not one batch an epoch: a rate would mean nothing
+        raise InvalidArgumentError(
+            f"batch_size={settings.batch_size} is larger than the {records:,} examples of one "
+            f"epoch of {settings.source}: pass a batch size of at most {records:,}")
     if settings.max_batches:
-        steps = min(steps, settings.max_batches)
-    cache, fill, cache_notes = _cache_for_runs(settings, records, steps)
+        examples = min(examples, settings.max_batches * settings.batch_size)
+    cache, fill, cache_notes = _cache_for_runs(settings, records, examples)
     notes.extend(cache_notes)
 
     def builder(**extra):
@@ -363,8 +418,7 @@ def run_pipeline_bench(settings: BenchSettings, methods=None, progress=None) -> 
                 before_cpu, before_wall = _cpu_seconds(local, count), time.perf_counter()
                 # tfopt's runs read on to the end of the pass that fills their cache, untimed
                 then = fill if run.startswith(("tfopt", "service-")) else 0
-                epoch_rates = _time_epochs(dataset, steps, settings.epochs, settings.batch_size,
-                                           then)
+                epoch_rates = _time_epochs(dataset, examples, settings.epochs, then)
                 cpu[run][0] += _cpu_seconds(local, count) - before_cpu
                 cpu[run][1] += time.perf_counter() - before_wall
                 if measured_peak:
@@ -383,7 +437,7 @@ def run_pipeline_bench(settings: BenchSettings, methods=None, progress=None) -> 
                for run in runs}
     service = {count: results.pop(f"service-{count}") for count in services}
     tfopt_rate = results["tfopt"].median(0)
-    seconds = _analysis_seconds(steps * settings.batch_size / tfopt_rate if tfopt_rate else None)
+    seconds = _analysis_seconds(examples / tfopt_rate if tfopt_rate else None)
     if progress:
         progress(f"stages: tfopt.analyze on tfopt's pipeline, about {seconds:.0f} s")
     try:
@@ -397,31 +451,31 @@ def run_pipeline_bench(settings: BenchSettings, methods=None, progress=None) -> 
         device = builder(random_crop="device").choices.describe()
         choices += "\nwith random_crop='device':\n" + device
     slowest = slowest_stage(analysis) if analysis else ""
-    return BenchReport(settings, results, stages, slowest, choices, steps * settings.batch_size,
+    return BenchReport(settings, results, stages, slowest, choices, examples,
                        service, tuple(notes), planned.plan.ram_budget, analysis)
 
 
 def _cache_for_runs(settings: BenchSettings, records: int,
-                    steps: int) -> tuple[object, int, tuple[str, ...]]:
-    """tfopt's cache setting for the timed runs, the batches each run reads on untimed, and
-    the report's notes on them.
+                    examples: int) -> tuple[object, int, tuple[str, ...]]:
+    """tfopt's cache setting for the timed runs of ``examples`` per epoch, the batches each
+    run takes in all (timed and untimed), and the report's notes on them.
 
     tf.data completes a cache only at the end of its input and discards one left part-filled
     when the iterator goes (with a C++ warning, "did not fully read the dataset being cached";
-    docs/data.md). A run of ``steps`` x ``epochs`` batches that ends inside the first pass
-    because of ``max_batches`` would never read from the cache: with ``cache="auto"`` it runs
-    without one; asked for (``cache=True``), it keeps it and the report says every epoch
-    measured fills it. A run of whole epochs reads on, untimed, to one record past the pass
-    (a batch at most), so that its cache is complete when it ends.
+    docs/data.md). A run of ``examples`` x ``epochs`` that ends inside the first pass because
+    of ``max_batches`` would never read from the cache: with ``cache="auto"`` it runs without
+    one; asked for (``cache=True``), it keeps it and the report says every epoch measured fills
+    it. Any other run reads on, untimed where the epochs end sooner, to one record past the
+    first pass, so that its cache is complete when it ends.
     """
-    batch, epochs = settings.batch_size, settings.epochs
-    read = steps * epochs * batch
-    capped = settings.max_batches is not None and steps < records // batch
+    epochs = settings.epochs
+    read = examples * epochs
     if settings.cache is False:
         return False, 0, ()
-    if capped and read < records:
-        cut = (f"--max-batches {steps} x {epochs} epoch(s) read {read:,} of the {records:,} "
-               "examples of one pass, and a cache is filled only by a pass read to its end")
+    if read < records:
+        cut = (f"--max-batches {settings.max_batches} x {epochs} epoch(s) read {read:,} of the "
+               f"{records:,} examples of one pass, and a cache is filled only by a pass read "
+               "to its end")
         if settings.cache == "auto":
             return False, 0, (f"tfopt's cache is off in these runs: {cut}, so it would serve "
                               "nothing and be discarded after each run; runs of whole epochs "
@@ -429,7 +483,7 @@ def _cache_for_runs(settings: BenchSettings, records: int,
         return settings.cache, 0, (f"every epoch measured fills tfopt's cache: {cut}; each run's "
                                    "part-filled cache is discarded when it ends (TensorFlow "
                                    "logs that it 'did not fully read the dataset being cached')",)
-    return settings.cache, max(0, fill_batches(records, batch) - steps * epochs), ()
+    return settings.cache, fill_batches(records, settings.batch_size), ()
 
 
 def stage_breakdown(settings: BenchSettings,

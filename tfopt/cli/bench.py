@@ -47,8 +47,9 @@ _POSITIVE = click.IntRange(min=1)
 @click.option("--cache", type=click.Choice(["auto", "on", "off"]), default="auto",
               show_default=True, help="tfopt's cache setting.")
 @click.option("--max-batches", type=_POSITIVE,
-              help="Cap on batches per epoch (quick runs); below one pass in all, tfopt runs "
-                   "without its cache under --cache auto.")
+              help="Cap on full batches per epoch (quick runs) [default: an epoch is one "
+                   "pass]; below one pass in all, tfopt runs without its cache under --cache "
+                   "auto.")
 @click.option("--split", help="Manifest split [default: train when training].")
 @click.option("--tfopt-source", help="tfopt reads this copy instead (e.g. stored with "
               "convert --max-size): compares it with the others on PATH.")
