@@ -167,3 +167,47 @@ def test_gzip_foreign_shards_are_not_estimated(tmp_path, tf):
     builder = PipelineBuilder(pattern, batch_size=5, image_size=32, training=True)
     assert builder.facts.estimated_records is None
     assert builder.plan.cache is not CacheMode.DECODED
+
+
+def test_one_damaged_image_among_the_sampled_keeps_the_image_feature_and_is_named(
+        tmp_path, tf, caplog):
+    # one value of image/encoded that is not an image used to turn the dataset into one of
+    # raw bytes: the pipeline yielded dicts of strings and ignored image_size without a word
+    from conftest import encode_jpeg, random_pixels
+
+    folder = tmp_path / "damaged"
+    folder.mkdir()
+    for index in range(2):
+        rows = [{"image/encoded": (b"not an image" if (index, row) == (0, 5)
+                                   else encode_jpeg(random_pixels(index * 20 + row, 48, 48))),
+                 "image/class/label": [row % 3]} for row in range(20)]
+        write_examples(folder / f"train-{index:05d}-of-00002", rows, tf)
+    pattern = str(folder / "train-*")
+    with caplog.at_level(logging.WARNING, logger="tfopt"):
+        builder = PipelineBuilder(pattern, batch_size=8, image_size=32)
+    assert builder.source.image_key == "image/encoded"
+    where = f"{folder / 'train-00000-of-00002'}, record 5"
+    (note,) = [n for n in builder.choices.notes if "not an image" in n]
+    assert note.startswith(f"image/encoded: 1 of 40 sampled values is not an image (first: {where})")
+    assert "skip_corrupt=True" in note and "tfopt inspect" in note
+    assert any(note in record.getMessage() for record in caplog.records)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        list(builder.build())  # TensorFlow's decode error; the note named the record first
+    skipping = PipelineBuilder(pattern, batch_size=8, image_size=32, skip_corrupt=True)
+    images = [image for batch, _ in skipping.build() for image in batch.numpy()]
+    assert len(images) == 39 and images[0].shape == (32, 32, 3)
+    assert "image does not decode is skipped" in skipping.choices.describe()
+    assert f"1 not an image (first: {where})" in tfopt.inspect(pattern).describe()
+
+
+def test_a_bytes_feature_of_mostly_other_values_is_not_taken_for_images(tmp_path, tf):
+    from conftest import encode_jpeg, random_pixels
+
+    rows = [{"blob": encode_jpeg(random_pixels(row, 16, 16)) if row < 3 else b"text",
+             "label": [row % 2]} for row in range(10)]
+    path = write_examples(tmp_path / "blobs.tfrecord", rows, tf)
+    builder, batches = read_all(str(path))
+    assert builder.source.image_key is None  # 7 of 10 are not images: raw bytes, as before
+    assert sum(len(labels) for _, labels in batches) == 10
+    with pytest.raises(tfopt.InvalidArgumentError, match="image_key='blob': its values are not"):
+        PipelineBuilder(str(path), batch_size=4, image_key="blob", image_size=16)

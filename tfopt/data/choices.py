@@ -144,6 +144,8 @@ class PipelineChoices:
                        else "TensorFlow's DataLossError (no manifest to name the shard)")
         else:
             corrupt = "skipped and counted" if self.skip_corrupt else "error naming the shard"
+        if self.skip_corrupt and self.decode is not None:
+            corrupt += "; a record whose image does not decode is skipped (logged, not counted)"
         lines.append(f"corrupt      {corrupt}")
         lines.extend(f"note         {note}" for note in self.notes)
         return "\n".join(lines)

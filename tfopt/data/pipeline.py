@@ -145,6 +145,10 @@ class PipelineBuilder:
                                               batch_size=config.batch_size,
                                               pad_ragged=config.pad_ragged)
         notes = other_cache_files(self._cache_location) if self.plan.cache_to_file else ()
+        damaged = _not_images_note(self.source, config.skip_corrupt)
+        if damaged:
+            logger.warning("%s", damaged)
+            notes = (damaged, *notes)
         self.choices = PipelineChoices.of(self.plan, self._cache_location, tuple(notes))
 
     @property
@@ -350,7 +354,7 @@ class PipelineBuilder:
             full = parsed.map(_keep_label(lambda image: decode_full(image, decode), has_label),
                               num_parallel_calls=AUTOTUNE, deterministic=plan.deterministic,
                               name="decode")
-            full = self._shuffle_and_repeat(self._cache(full))
+            full = self._shuffle_and_repeat(self._cache(self._skip_undecodable(full)))
             crop = _with_index(
                 lambda index, image: crop_and_resize(image, decode, seed_of(index)), has_label)
             return full.enumerate(name="seed_index").map(
@@ -358,12 +362,20 @@ class PipelineBuilder:
         # one map decodes and crops (a random-resized crop when training)
         to_target = _with_index(
             lambda index, image: decode_to_target(image, decode, seed_of(index)), has_label)
-        images = parsed.enumerate(name="seed_index").map(
+        images = self._skip_undecodable(parsed.enumerate(name="seed_index").map(
             to_target, num_parallel_calls=AUTOTUNE, deterministic=plan.deterministic,
-            name="decode")
+            name="decode"))
         if plan.cache is CacheMode.FINAL:
             images = self._shuffle_and_repeat(self._cache(images))
         return images
+
+    def _skip_undecodable(self, decoded: tf.data.Dataset) -> tf.data.Dataset:
+        """Under ``skip_corrupt``, drop the records whose image does not decode (a damaged
+        image in an intact record: TensorFlow's decode error would end the epoch), logging
+        each; else as it is."""
+        if not self.plan.skip_corrupt:
+            return decoded
+        return decoded.ignore_errors(log_warning=True, name="skip_undecodable")
 
     def _shuffle_and_repeat(self, cached: tf.data.Dataset) -> tf.data.Dataset:
         """After a cache: a fresh order every epoch when training, repeated if asked."""
@@ -394,6 +406,22 @@ class PipelineBuilder:
         if plan.prefetch is Prefetch.DEVICE:
             return dataset.apply(tf.data.experimental.prefetch_to_device(PREFETCH_DEVICE))
         return dataset.prefetch(AUTOTUNE, name="prefetch")
+
+
+def _not_images_note(source: PipelineSource, skip_corrupt: bool) -> str | None:
+    """What the pipeline does with the values of its image feature that the sample found
+    were not images (None if it found none)."""
+    if source.not_images is None:
+        return None
+    count, values, first = source.not_images
+    found = (f"{source.image_key}: {count:,} of {values:,} sampled values "
+             f"{'is' if count == 1 else 'are'} not an image (first: {first})")
+    if skip_corrupt:
+        return (f"{found}; records whose image fails to decode are skipped (skip_corrupt: "
+                "TensorFlow logs each, they are not counted)")
+    return (f"{found}; a record like it stops the pipeline with TensorFlow's decode error: "
+            "build the pipeline with skip_corrupt=True to skip such records, or find them "
+            "with 'tfopt inspect'")
 
 
 def _keep_label(fn, has_label):

@@ -108,6 +108,8 @@ class PipelineSource:
 
     sampled_record_bytes: float | None = None  # mean size of the sampled records
     image_sizes: tuple[tuple[int, int], ...] = ()  # (height, width) of each sampled image
+    # sampled values of the image feature that are not images: (count, values, where the first is)
+    not_images: tuple[int, int, str] | None = None
 
     @property
     def mean_record_bytes(self) -> float:
@@ -192,6 +194,8 @@ def _resolve(source, split, image_key, label_key, training) -> PipelineSource:
         # only needed without a manifest, whose counts give the mean exactly
         sampled_record_bytes=None if manifest else sample.mean_record_bytes,
         image_sizes=image_info.sizes if image_info else (),
+        not_images=((image_info.not_images, image_info.present_in, image_info.first_not_image)
+                    if image_info and image_info.not_images else None),
     )
 
 

@@ -123,6 +123,9 @@ class InspectResult:
             if feature.image_format:
                 detail = (f"{feature.image_format} images, {feature.min_size[0]}x{feature.min_size[1]}"
                           f" to {feature.max_size[0]}x{feature.max_size[1]} px")
+                if feature.not_images:
+                    detail += (f"; {feature.not_images:,} not an image (first: "
+                               f"{feature.first_not_image})")
             kind = (f"mixed ({', '.join(feature.kinds)})" if feature.kind == "mixed"
                     else feature.kind)
             if feature.name in raw:  # an array stored as its bytes: say what they hold

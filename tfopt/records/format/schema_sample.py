@@ -25,6 +25,10 @@ from tfopt.records.image_header import image_size, sniff_format
 # Keys that hold the encoded image / the class label in public datasets, most specific first.
 IMAGE_KEY_CANDIDATES = ("image/encoded", "image/jpeg", "image_raw", "image/raw", "image_bytes",
                         "image", "img", "encoded", "jpeg", "png")
+# A bytes feature whose sampled values are images but for at most one in this many is still
+# the image feature: one damaged image among those sampled made a dataset of images one of raw
+# bytes, and the pipeline ignored image_size without a word
+MOST_NOT_IMAGES = 10
 LABEL_KEY_CANDIDATES = ("image/class/label", "image/label", "label", "labels", "class_id",
                         "class", "target", "y", "image/class")
 
@@ -40,8 +44,10 @@ class FeatureInfo:
         min_length: Fewest values in one record.
         max_length: Most values in one record.
         present_in: Sampled records that have the feature.
-        image_format: ``"jpeg"``, ``"png"``, ... when every value is an image of that format,
-            ``"mixed"`` for several formats, else None.
+        image_format: ``"jpeg"``, ``"png"``, ... when the values are images of that format,
+            ``"mixed"`` for several formats, else None. A few values that are not images (at
+            most 1 in :data:`MOST_NOT_IMAGES`) leave the feature an image one: damaged records
+            in a dataset of images, counted in ``not_images``.
         min_size: Smallest image ``(height, width)`` seen, for image features.
         max_size: Largest image ``(height, width)`` seen, for image features.
         example: A short rendering of the first value.
@@ -50,6 +56,8 @@ class FeatureInfo:
             bounded, so is this).
         records: Records read: ``present_in`` below it means the feature is optional.
         kinds: The list types seen; two or more make ``kind`` "mixed".
+        not_images: Values of an image feature that are not images (no known header).
+        first_not_image: Where the first of them is: ``"FILE, record N"``.
     """
 
     name: str
@@ -65,6 +73,8 @@ class FeatureInfo:
     records: int = 0
     kinds: tuple[str, ...] = ()
     sizes: tuple[tuple[int, int], ...] = ()
+    not_images: int = 0
+    first_not_image: str = ""
 
     @property
     def optional(self) -> bool:
@@ -251,7 +261,7 @@ class SchemaStats:
         self.records += 1
         self.record_bytes += len(raw)
         for name, feature in example.features.feature.items():
-            _observe(self.features.setdefault(name, {}), feature)
+            _observe(self.features.setdefault(name, {}), feature, file, index)
 
     def result(self, files) -> tuple[list[FeatureInfo], int]:
         """The features seen, sorted by name, and the records read."""
@@ -267,7 +277,7 @@ class SchemaStats:
 _KIND_NAMES = {"bytes_list": "bytes", "int64_list": "int64", "float_list": "float"}
 
 
-def _observe(stat: dict, feature) -> None:
+def _observe(stat: dict, feature, file, index: int) -> None:
     kind = feature.WhichOneof("kind")
     values = getattr(feature, kind).value if kind else []
     name = _KIND_NAMES.get(kind, "empty")
@@ -289,20 +299,24 @@ def _observe(stat: dict, feature) -> None:
         formats = stat.setdefault("formats", set())
         for value in values:
             image_format = sniff_format(value[:32])
-            formats.add(image_format.value if image_format else None)
-            if image_format:  # a header read: microseconds, cheap beside the record read
-                try:
-                    height, width = image_size(value, image_format)
-                except ValueError:
-                    continue
-                pixels = height * width
-                stat["pixels"] = stat.get("pixels", 0) + pixels
-                stat["sized"] = stat.get("sized", 0) + 1
-                stat.setdefault("sizes", []).append((height, width))
-                if "min_size" not in stat or pixels < stat["min_size"][0] * stat["min_size"][1]:
-                    stat["min_size"] = (height, width)
-                if "max_size" not in stat or pixels > stat["max_size"][0] * stat["max_size"][1]:
-                    stat["max_size"] = (height, width)
+            if not image_format:
+                stat["not_images"] = stat.get("not_images", 0) + 1
+                stat.setdefault("first_not_image", f"{file}, record {index}")
+                continue
+            formats.add(image_format.value)
+            stat["images"] = stat.get("images", 0) + 1
+            try:  # a header read: microseconds, cheap beside the record read
+                height, width = image_size(value, image_format)
+            except ValueError:
+                continue
+            pixels = height * width
+            stat["pixels"] = stat.get("pixels", 0) + pixels
+            stat["sized"] = stat.get("sized", 0) + 1
+            stat.setdefault("sizes", []).append((height, width))
+            if "min_size" not in stat or pixels < stat["min_size"][0] * stat["min_size"][1]:
+                stat["min_size"] = (height, width)
+            if "max_size" not in stat or pixels > stat["max_size"][0] * stat["max_size"][1]:
+                stat["max_size"] = (height, width)
 
 
 def render_values(values, kind: str) -> str:
@@ -321,7 +335,9 @@ def _feature_info(name: str, stat: dict, records: int) -> FeatureInfo:
     kind = next(iter(kinds)) if len(kinds) == 1 else ("mixed" if kinds else "empty")
     image_format = min_size = max_size = mean_pixels = None
     formats = stat.get("formats", set())
-    if formats and None not in formats:
+    not_images = stat.get("not_images", 0)
+    images = stat.get("images", 0)
+    if formats and not_images * MOST_NOT_IMAGES <= images + not_images:
         image_format = next(iter(formats)) if len(formats) == 1 else "mixed"
         min_size = stat.get("min_size", (0, 0))
         max_size = stat.get("max_size", (0, 0))
@@ -330,7 +346,9 @@ def _feature_info(name: str, stat: dict, records: int) -> FeatureInfo:
     return FeatureInfo(name, kind, stat["min"], stat["max"], stat["present"], image_format,
                        min_size, max_size, stat.get("example", ""), mean_pixels,
                        records=records, kinds=tuple(sorted(kinds)),
-                       sizes=tuple(stat.get("sizes", ())) if image_format else ())
+                       sizes=tuple(stat.get("sizes", ())) if image_format else (),
+                       not_images=not_images if image_format else 0,
+                       first_not_image=stat.get("first_not_image", "") if image_format else "")
 
 
 def pick_image_key(features: list[FeatureInfo]) -> str | None:
