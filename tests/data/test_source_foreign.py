@@ -211,3 +211,12 @@ def test_a_bytes_feature_of_mostly_other_values_is_not_taken_for_images(tmp_path
     assert sum(len(labels) for _, labels in batches) == 10
     with pytest.raises(tfopt.InvalidArgumentError, match="image_key='blob': its values are not"):
         PipelineBuilder(str(path), batch_size=4, image_key="blob", image_size=16)
+    # image_size for data without images was ignored without a word
+    with pytest.raises(tfopt.InvalidArgumentError) as caught:
+        PipelineBuilder(str(path), batch_size=4, image_size=16)
+    assert str(caught.value).startswith(
+        f"image_size=16x16: {path} holds no image feature (its bytes features (blob) hold no "
+        "JPEG, PNG, GIF or BMP images in the sampled records); leave image_size out")
+    numbers = write_examples(tmp_path / "numbers.tfrecord", [{"x": [1.0], "label": [1]}], tf)
+    with pytest.raises(tfopt.InvalidArgumentError, match=r"no image feature \(it has no bytes"):
+        PipelineBuilder(str(numbers), batch_size=4, image_size=16)

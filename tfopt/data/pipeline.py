@@ -45,6 +45,7 @@ from tfopt.data.plan import (
 from tfopt.data.shard_check import read_limits
 from tfopt.data.source import ParsedFeature, PipelineSource, resolve_source
 from tfopt.distribute.cluster import cluster_info
+from tfopt.errors import InvalidArgumentError
 from tfopt.records.format.tfrecord import tf_compression_type
 from tfopt.records.schema import FeatureKind
 
@@ -130,6 +131,8 @@ class PipelineBuilder:
         self.source: PipelineSource = resolve_source(
             source, split=config.split, image_key=config.image_key, label_key=config.label_key,
             training=config.training)
+        if config.image_size is not None and self.source.image_key is None:
+            raise _no_images_error(source, self.source, config.image_size)
         # records to read per shard: headers checked against the file sizes before TensorFlow
         # reads a shard (its reader allocates a damaged length: a segmentation fault)
         self._read_limits = read_limits(self.source, skip_corrupt=config.skip_corrupt)
@@ -406,6 +409,17 @@ class PipelineBuilder:
         if plan.prefetch is Prefetch.DEVICE:
             return dataset.apply(tf.data.experimental.prefetch_to_device(PREFETCH_DEVICE))
         return dataset.prefetch(AUTOTUNE, name="prefetch")
+
+
+def _no_images_error(where, source: PipelineSource, image_size) -> InvalidArgumentError:
+    """image_size given for data in which no feature holds images: once ignored silently."""
+    size = f"{image_size[0]}x{image_size[1]}"
+    strings = [f.name for f in source.features if f.kind is FeatureKind.BYTES]
+    held = (f"its bytes features ({', '.join(strings)}) hold no JPEG, PNG, GIF or BMP images "
+            "in the sampled records" if strings else "it has no bytes feature")
+    return InvalidArgumentError(
+        f"image_size={size}: {where} holds no image feature ({held}); leave image_size out for "
+        "data without images, or pass image_key= to name the feature that holds them")
 
 
 def _not_images_note(source: PipelineSource, skip_corrupt: bool) -> str | None:
