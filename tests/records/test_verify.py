@@ -13,7 +13,8 @@ from conftest import small_image_dataset
 from records_helpers import kill_overwrite_during_swap
 
 import tfopt
-from tfopt.records.format.framing import masked_crc32c
+from tfopt.records.format.example_pb import example_classes
+from tfopt.records.format.framing import frame, masked_crc32c, read_records
 from tfopt.records.manifest import MANIFEST_NAME
 
 
@@ -91,6 +92,28 @@ def test_bare_shards_without_manifest_get_crc_and_count_checks_and_say_so(datase
     shard.write_bytes(shard.read_bytes()[:-10])
     glob_result = tfopt.verify(str(dataset / "train-*.tfrecord"))
     assert [p.kind.value for p in glob_result.problems] == ["corrupt"]
+
+
+def test_bare_shards_have_the_image_of_each_record_judged_by_its_header(dataset):
+    # a record with an intact CRC whose image is not one passed a verify without a manifest,
+    # then stopped a pipeline's epoch with TensorFlow's decode error
+    (dataset / MANIFEST_NAME).unlink()
+    clean = tfopt.verify(dataset)
+    assert clean.ok and any("and each record's 'image/encoded' by its image header" in note
+                            for note in clean.notes)
+    shard = dataset / "train-00001-of-00003.tfrecord"
+    example_type = example_classes().Example
+    records = []
+    for index, raw in enumerate(read_records(shard)):
+        if index == 2:
+            example = example_type.FromString(raw)
+            example.features.feature["image/encoded"].bytes_list.value[0] = b"no image in here"
+            raw = example.SerializeToString()
+        records.append(frame(raw))
+    shard.write_bytes(b"".join(records))
+    result = tfopt.verify(dataset)
+    assert _kinds(result) == [("image", shard.name, 2)]
+    assert "not a JPEG, PNG, GIF or BMP image" in result.problems[0].detail
 
 
 def test_nothing_to_verify_is_an_error(tmp_path):

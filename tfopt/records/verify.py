@@ -23,10 +23,16 @@ from tfopt._files import is_temp_file, sha256_file
 from tfopt._progress import Progress
 from tfopt._system import usable_cores
 from tfopt._validate import optional_whole_number
+from tfopt.errors import DatasetError
 from tfopt.records.format.example_pb import example_classes
 from tfopt.records.format.framing import RecordError, read_records
+from tfopt.records.format.schema_sample import pick_image_key, sample_schema
 from tfopt.records.format.tfrecord import is_gzip, resolve_files
-from tfopt.records.image_limits import record_image_check, recorded_max_pixels
+from tfopt.records.image_limits import (
+    DEFAULT_MAX_PIXELS,
+    record_image_check,
+    recorded_max_pixels,
+)
 from tfopt.records.manifest import (
     JOURNAL_NAME,
     MANIFEST_NAME,
@@ -175,15 +181,22 @@ def verify(path, *, workers: int | None = None, progress: bool | None = False) -
                                 f"no {MANIFEST_NAME}: the conversion was interrupted; finish it "
                                 "with 'tfopt convert ... --resume'"))
     if manifest is None:
-        notes.append("no manifest: checked record CRCs and counts only (no checksums, sizes or "
-                     "expected counts to compare with)")
         jobs = [(file, None, "gzip" if is_gzip(file) else None, None) for file in files]
+        # TFRecords written by another tool: their image feature, if the sample finds one, is
+        # judged record by record as a tfopt dataset's is; a value that is not an image (a
+        # damaged record whose CRC is intact) passed before, and stopped a pipeline's epoch
+        image_key = _sampled_image_key(files, {job[2] for job in jobs})
+        checked_images = f", and each record's {image_key!r} by its image header" if image_key else ""
+        notes.append(f"no manifest: checked record CRCs and counts{checked_images} (no "
+                     "checksums, sizes or expected counts to compare with)")
+        image_check = record_image_check(image_key, DEFAULT_MAX_PIXELS) if image_key else None
     else:
         jobs = _manifest_jobs(folder, manifest, problems, notes)
-    # each record's image, judged by its header: what convert refuses today, in a dataset
-    # written before it did (a JPEG too large to decode, 12-bit, lossless...)
-    image_check = (record_image_check(manifest.image_key, recorded_max_pixels(manifest.options))
-                   if manifest is not None and manifest.image_key else None)
+        # each record's image, judged by its header: what convert refuses today, in a dataset
+        # written before it did (a JPEG too large to decode, 12-bit, lossless...)
+        image_check = (record_image_check(manifest.image_key,
+                                          recorded_max_pixels(manifest.options))
+                       if manifest.image_key else None)
     workers = workers or usable_cores()
     checked = []
     with Progress(len(jobs), "verify", unit="file",
@@ -196,6 +209,19 @@ def verify(path, *, workers: int | None = None, progress: bool | None = False) -
             problems.extend(file_problems)
             bar.update()
     return VerifyResult(str(path), manifest is not None, checked, problems, notes)
+
+
+def _sampled_image_key(files: list[Path], compressions: set) -> str | None:
+    """The image feature of bare TFRecord files, as a pipeline's sample infers it; None when
+    there is none, the files mix compressions, or the sample cannot be read (the file checks
+    report why)."""
+    if not files or len(compressions) != 1:
+        return None
+    try:
+        sample = sample_schema(files, next(iter(compressions)), stop_at_corruption=True)
+    except DatasetError:
+        return None
+    return pick_image_key(sample.features)
 
 
 def _manifest_problems(folder: Path, issues: list[ManifestIssue]) -> list[Problem]:
