@@ -100,6 +100,68 @@ def test_no_store_smaller_when_the_model_sees_the_decoded_size():
     assert "store_smaller" not in tfopt.analyze(dataset, seconds=1.0, cores=2).kinds()
 
 
+def _jpeg_files(folder, height, width, count=6):
+    folder.mkdir()
+    for index in range(count):
+        pixels = tf.cast(tf.random.stateless_uniform([height, width, 3], [index, 1], maxval=255),
+                         tf.uint8)
+        (folder / f"{index}.jpg").write_bytes(tf.io.encode_jpeg(pixels).numpy())
+    return str(folder / "*.jpg")
+
+
+def read_decode_resize(path):  # the usual one map: read, decode and resize at once
+    image = tf.io.decode_jpeg(tf.io.read_file(path), channels=3)
+    return tf.image.resize(image, [32, 32])
+
+
+def test_store_smaller_for_one_map_that_reads_decodes_and_resizes_image_files(tmp_path):
+    # the map's output is already 32 px, so only the files' own headers tell that each decode
+    # makes 300x the pixels the model sees: this pipeline once got no recommendation at all
+    pattern = _jpeg_files(tmp_path / "photos", 480, 640)
+    dataset = (tf.data.Dataset.list_files(pattern, shuffle=False).repeat()
+               .map(read_decode_resize, num_parallel_calls=AUTOTUNE, name="load")
+               .batch(4).prefetch(2))
+    report = tfopt.analyze(dataset, seconds=1.5, cores=2)
+    rec = only(report, "store_smaller")
+    assert rec.stage == "load" == report.bottleneck
+    assert "stored images of about 640 x 480 px, from sampled headers" in rec.message
+    assert "tfopt convert --max-size 32" in rec.message
+    (load,) = [stage for stage in report.stages if stage.label == "load"]
+    assert load.stored_size == (480, 640)
+
+
+def test_store_smaller_for_encoded_images_decoded_and_resized_in_one_map():
+    dataset = (tf.data.Dataset.from_tensors(random_jpeg(384)).repeat()
+               .map(lambda encoded: tf.image.resize(tf.io.decode_jpeg(encoded), [24, 24]),
+                    num_parallel_calls=AUTOTUNE, name="decode_resize")
+               .batch(8).prefetch(2))
+    rec = only(tfopt.analyze(dataset, seconds=1.5, cores=2), "store_smaller")
+    assert rec.stage == "decode_resize" and "about 384 x 384 px" in rec.message
+
+
+def test_no_store_smaller_for_files_stored_near_the_size_the_model_sees(tmp_path):
+    pattern = _jpeg_files(tmp_path / "small", 40, 40)
+    dataset = (tf.data.Dataset.list_files(pattern, shuffle=False).repeat()
+               .map(read_decode_resize, num_parallel_calls=AUTOTUNE, name="load")
+               .batch(4).prefetch(2))
+    report = tfopt.analyze(dataset, seconds=1.0, cores=2)
+    assert "store_smaller" not in report.kinds()
+    (load,) = [stage for stage in report.stages if stage.label == "load"]
+    assert load.stored_size == (40, 40)
+
+
+def test_the_stored_size_is_read_only_from_images_and_image_files(tmp_path):
+    from tfopt.analysis.images import _size_of
+
+    (tmp_path / "notes.txt").write_text("not an image")
+    (tmp_path / "one.png").write_bytes(tf.io.encode_png(tf.zeros([5, 7, 3], tf.uint8)).numpy())
+    assert _size_of(str(tmp_path / "one.png").encode()) == (5, 7)
+    assert _size_of(tf.io.encode_png(tf.zeros([3, 2, 1], tf.uint8)).numpy()) == (3, 2)
+    for value in (str(tmp_path / "notes.txt").encode(), str(tmp_path / "gone.jpg").encode(),
+                  b"with a \x00 byte", b"x" * 5000, b"\xff\xd8 a cut JPEG", str(tmp_path).encode()):
+        assert _size_of(value) is None, value
+
+
 def test_cache_after_random_is_a_correctness_warning():
     dataset = (tf.data.Dataset.range(100)
                .map(lambda x: tf.cast(x, tf.float32) + tf.random.uniform([]), name="noise")

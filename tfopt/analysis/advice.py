@@ -38,6 +38,7 @@ BATCH_OPS = ("BatchDataset", "BatchDatasetV2", "ParallelBatchDataset")
 DECODE_OPS = ("DecodeJpeg", "DecodeAndCropJpeg", "DecodePng", "DecodeImage", "DecodeBmp",
               "DecodeGif", "DecodeWebP")
 CHEAP_MAP_S = 50e-6  # a map cheaper than this per element is mostly per-call overhead
+STORED_CHANNELS = 3  # values per stored pixel a decode makes (RGB: decode_jpeg(channels=3))
 STORE_SMALLER_RATIO = 4.0  # decoded pixels per pixel the model sees that make storing smaller pay
 SHUFFLE_EPOCH_FRACTION = 0.01  # a buffer below this fraction of the epoch barely mixes
 DETERMINISTIC_GAIN = 1.15  # the measured gain out of order that is worth the advice
@@ -247,6 +248,11 @@ def _store_smaller(stages, cores, plan: Allocation) -> list[Recommendation]:
     # counting every byte of the final element at its smallest itemsize overestimates what the
     # model sees, so the ratio errs low
     decoded = bottleneck.bytes_per_element * bottleneck.elements_per_output / bottleneck.item_bytes
+    stored = ""
+    if bottleneck.stored_size:  # a stage that decodes and resizes at once: its input's sizes
+        height, width = bottleneck.stored_size
+        decoded = max(decoded, height * width * STORED_CHANNELS * bottleneck.elements_per_output)
+        stored = f" (stored images of about {width:,} x {height:,} px, from sampled headers)"
     seen = final.bytes_per_element * final.elements_per_output / final.item_bytes
     if seen <= 0 or decoded / seen < STORE_SMALLER_RATIO:
         return []
@@ -260,7 +266,7 @@ def _store_smaller(stages, cores, plan: Allocation) -> list[Recommendation]:
     return [Recommendation(
         "store_smaller", bottleneck.label, speedup,
         f"decoding in {bottleneck.label} limits the pipeline, and it decodes about "
-        f"{ratio:.0f}x the pixels the model gets: store the images smaller, e.g. "
+        f"{ratio:.0f}x the pixels the model gets{stored}: store the images smaller, e.g. "
         f"tfopt convert {option}, so that each decode does less (model: up to {speedup:.2f}x, "
         f"decode time taken as proportional to pixels)")]
 

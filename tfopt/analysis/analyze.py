@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import reprlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import tfopt._validate as _validate
 from tfopt._system import available_memory, usable_cores
@@ -80,7 +80,7 @@ def analyse(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
     if not isinstance(dataset, tf.data.Dataset):
         raise InvalidArgumentError(
             f"dataset={reprlib.repr(dataset)}: expected a tf.data.Dataset")
-    from tfopt.analysis import graph, measure, model, tfapi
+    from tfopt.analysis import graph, images, measure, model, tfapi
 
     started = time.perf_counter()
     tfapi.check_tensorflow()
@@ -93,12 +93,18 @@ def analyse(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
     share = seconds / (len(found) + 1 + 2 * compare)
     total = len(found) + compare
     rates, proto, cardinalities, specs, passes = [], None, [], [], []
+    stored, before = {}, None  # stage index -> stored image size; the prefix before the stage
     for index, stage in enumerate(found):
         last = index == len(found) - 1
         if progress is not None:
             progress(index, total, stage.name or stage.op)
         prefix_def, spec = graph.prefix_graph(graph_def, stage.node)
         prefix = tfapi.rebuild(prefix_def, spec).with_options(options)
+        if before is not None and set(stage.heavy_ops) & set(advice.DECODE_OPS):
+            size = images.stored_size(before)
+            if size is not None:
+                stored[index] = size
+        before = prefix
         measured, model_proto, first, repeated = _measure(
             prefix, 2 * share if last else share, stage, tf, measure, tfapi, model=last,
             shuffled=any(s.buffer_size for s in found[:index + 1]))
@@ -121,7 +127,8 @@ def analyse(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
     reading = model.read_model(proto, found, repeated) if proto is not None else None
     cores = (cores or (reading.cpu_budget if reading and reading.cpu_budget else None)
              or usable_cores())
-    stages = _stages(found, rates, reading, cardinalities, specs, ordered, passes, cores)
+    stages = [replace(s, stored_size=stored.get(s.index)) for s in
+              _stages(found, rates, reading, cardinalities, specs, ordered, passes, cores)]
     if ram_budget is None:
         ram_budget = available_memory() // 2
     plan = advice.allocation(stages, cores)

@@ -37,6 +37,9 @@ class Stage:
     deterministic: bool | None = None  # parallel stages: yields in order (None: not parallel)
     item_bytes: int | None = None  # the smallest itemsize among its output's numeric tensors
     image_side: int | None = None  # the longer static side of an image tensor in its output
+    # decoding stages: the mean (height, width) of the stored images it decodes, read from the
+    # headers of a few of its input elements (encoded images, or paths of image files)
+    stored_size: tuple[int, int] | None = None
 
     @property
     def label(self) -> str:
