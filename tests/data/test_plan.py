@@ -106,9 +106,11 @@ def test_a_manifest_less_image_source_is_planned_from_its_estimated_record_count
 
 
 def test_the_record_estimate_counts_the_framing_and_skips_compressed_files():
-    assert estimate_records(116_000 * 1000, 116_000 - 16, compressed=False) == 1000
-    assert estimate_records(1 << 30, 50_000.0, compressed=True) is None
-    assert estimate_records(1 << 30, None, compressed=False) is None
+    assert estimate_records(116_000 * 1000, 116_000 - 16) == 1000
+    # GZIP files: their sizes times the measured expansion; no estimate without one
+    assert estimate_records(58_000 * 1000, 116_000 - 16, expansion=2.0) == 1000
+    assert estimate_records(1 << 30, 50_000.0, expansion=None) is None
+    assert estimate_records(1 << 30, None) is None
 
 
 def test_shuffle_buffer_is_the_shuffle_bytes_over_the_element_size():

@@ -161,12 +161,19 @@ def test_foreign_shards_get_the_decoded_cache_from_an_estimated_record_count(tmp
     assert sorted(labels[:100]) == sorted(row % 5 for row in range(100))  # one epoch, cached
 
 
-def test_gzip_foreign_shards_are_not_estimated(tmp_path, tf):
-    pattern = model_garden_shards(tmp_path / "garden", tf, files=2, per_file=5,
+def test_gzip_foreign_shards_are_estimated_from_their_measured_expansion(tmp_path, tf):
+    # TFX writes GZIP TFRecords: their file sizes alone say nothing of the record count, so
+    # the decoded cache was refused; the expansion of the first file's start tells it
+    pattern = model_garden_shards(tmp_path / "garden", tf, files=4, per_file=25,
                                   compression="GZIP")
-    builder = PipelineBuilder(pattern, batch_size=5, image_size=32, training=True)
-    assert builder.facts.estimated_records is None
-    assert builder.plan.cache is not CacheMode.DECODED
+    builder = PipelineBuilder(pattern, batch_size=10, image_size=32, training=True)
+    assert builder.facts.gzip_expansion > 1.0  # the framing and the small features compress
+    assert abs(builder.facts.estimated_records - 100) <= 10
+    assert builder.plan.cache is CacheMode.DECODED
+    (note,) = [n for n in builder.choices.notes if "estimated from the file sizes" in n]
+    assert "GZIP expanding them" in note
+    labels = [int(label) for _, batch in builder.build().take(20) for label in batch.numpy()]
+    assert sorted(labels[:100]) == sorted(row % 5 for row in range(100))  # one epoch, cached
 
 
 def test_one_damaged_image_among_the_sampled_keeps_the_image_feature_and_is_named(

@@ -94,7 +94,9 @@ def read_facts(source: PipelineSource) -> Facts:
         worker_index=cluster.index,
         gpus=len(tf.config.list_logical_devices("GPU")),
         estimated_records=(None if source.num_records is not None else estimate_records(
-            source.num_bytes, source.sampled_record_bytes, source.compression is not None)),
+            source.num_bytes, source.sampled_record_bytes,
+            source.gzip_expansion if source.compression else 1.0)),
+        gzip_expansion=source.gzip_expansion,
     )
 
 

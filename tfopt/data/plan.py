@@ -144,8 +144,10 @@ class Facts:
             cluster. Defaults to None.
         gpus: Visible GPUs. Defaults to 0.
         estimated_records: Without a manifest: the records the files probably hold, from their
-            sizes and the sampled records' mean size (not for GZIP files, whose sizes say
-            nothing of that). It sizes caches and buffers, never the epoch. Defaults to None.
+            sizes and the sampled records' mean size (for GZIP files, their sizes times
+            ``gzip_expansion``). It sizes caches and buffers, never the epoch. Defaults to None.
+        gzip_expansion: GZIP files: decompressed bytes per file byte, measured over the start
+            of the first file; None for plain files or where unknown. Defaults to None.
     """
 
     files: int
@@ -166,6 +168,7 @@ class Facts:
     worker_index: int | None = None
     gpus: int = 0
     estimated_records: int | None = None
+    gzip_expansion: float | None = None
 
 
 # Bytes of TFRecord framing around each record: length (8), its CRC (4), the data's CRC (4).
@@ -173,12 +176,13 @@ RECORD_FRAMING_BYTES = 16
 
 
 def estimate_records(total_bytes: int, mean_record_bytes: float | None,
-                     compressed: bool) -> int | None:
-    """Records in uncompressed TFRecord files of ``total_bytes``, from a sample's mean record
-    size; None for compressed files or without a sample."""
-    if compressed or not mean_record_bytes:
+                     expansion: float | None = 1.0) -> int | None:
+    """Records in TFRecord files of ``total_bytes``, from a sample's mean record size and the
+    files' ``expansion`` (decompressed bytes per file byte: 1 for plain files); None without
+    a sample or, for compressed files, an expansion."""
+    if not expansion or not mean_record_bytes:
         return None
-    return max(1, round(total_bytes / (mean_record_bytes + RECORD_FRAMING_BYTES)))
+    return max(1, round(total_bytes * expansion / (mean_record_bytes + RECORD_FRAMING_BYTES)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -404,7 +408,7 @@ def _choose_cache(config: PipelineConfig, facts: Facts, target, random_crop: boo
         records = facts.estimated_records
     if target is None:
         # parsing is cheap and vectorised: cache the records, shuffle after the cache
-        best, estimate = CacheMode.ENCODED, facts.total_bytes
+        best, estimate = CacheMode.ENCODED, int(facts.total_bytes * (facts.gzip_expansion or 1))
     elif random_crop:
         best = CacheMode.DECODED
         per_image = cached_image_bytes(facts, target)
@@ -415,9 +419,12 @@ def _choose_cache(config: PipelineConfig, facts: Facts, target, random_crop: boo
     if config.cache is False:
         return CacheMode.NONE, estimate
     if estimated:
-        notes.append(f"no manifest: about {records:,} records, estimated from the file sizes "
-                     f"and the sampled records' mean size ({facts.mean_record_bytes:,.0f} "
-                     "bytes); the cache is sized from that estimate")
+        expanded = (f", GZIP expanding them {facts.gzip_expansion:.2f}x (measured over the "
+                    "start of the first file)" if facts.gzip_expansion else "")
+        notes.append(f"no manifest: about {records:,} records, estimated from the file sizes"
+                     f"{expanded} and the sampled records' mean size "
+                     f"({facts.mean_record_bytes:,.0f} bytes); the cache is sized from that "
+                     "estimate")
     if config.cache != "auto":
         return best, estimate  # asked for: in memory or in the given file
     allowed = ram_budget * CACHE_SHARE

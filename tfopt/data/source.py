@@ -22,6 +22,7 @@ import logging
 from pathlib import Path
 
 from tfopt.errors import DatasetError, InvalidArgumentError
+from tfopt.records.format.framing import gzip_expansion
 from tfopt.records.format.schema_sample import (
     FeatureInfo,
     SchemaSample,
@@ -110,6 +111,8 @@ class PipelineSource:
     image_sizes: tuple[tuple[int, int], ...] = ()  # (height, width) of each sampled image
     # sampled values of the image feature that are not images: (count, values, where the first is)
     not_images: tuple[int, int, str] | None = None
+    # GZIP files without a manifest: decompressed bytes per file byte, over the first file's start
+    gzip_expansion: float | None = None
 
     @property
     def mean_record_bytes(self) -> float:
@@ -196,6 +199,8 @@ def _resolve(source, split, image_key, label_key, training) -> PipelineSource:
         image_sizes=image_info.sizes if image_info else (),
         not_images=((image_info.not_images, image_info.present_in, image_info.first_not_image)
                     if image_info and image_info.not_images else None),
+        gzip_expansion=(gzip_expansion(files[0]) if manifest is None and compression == "gzip"
+                        else None),
     )
 
 

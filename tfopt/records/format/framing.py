@@ -242,6 +242,37 @@ def _read_gzip(path: Path, check_crc: bool):
                           "gzip") from None
 
 
+def gzip_expansion(path, sample_bytes: int = 8 << 20) -> float | None:
+    """Decompressed bytes per compressed byte over the start of a GZIP file (about
+    ``sample_bytes`` of output, its first member): what turns the file sizes of GZIP shards
+    into a record count estimate. None for an empty or damaged stream.
+
+    zlib is fed 64-KB pieces and reports what it has not used, so the compressed bytes behind
+    the output are known to the byte (a GzipFile reads ahead a buffer that hides them).
+    """
+    stream = zlib.decompressobj(wbits=31)  # a gzip header and trailer
+    produced = consumed = 0
+    try:
+        with open(path, "rb") as handle:
+            while produced < sample_bytes and not stream.eof:
+                piece = handle.read(1 << 16)
+                if not piece:
+                    break
+                produced += len(stream.decompress(piece, sample_bytes - produced + 1))
+                # what the decompressor has not taken: the unread tail of this piece (output
+                # capped) and whatever follows the member's end
+                consumed += len(piece) - len(stream.unconsumed_tail) - len(stream.unused_data)
+                while stream.unconsumed_tail and produced < sample_bytes:
+                    tail = stream.unconsumed_tail
+                    produced += len(stream.decompress(tail, sample_bytes - produced + 1))
+                    consumed += len(tail) - len(stream.unconsumed_tail)
+                if stream.unconsumed_tail:
+                    break
+    except (OSError, zlib.error):
+        return None
+    return produced / consumed if produced and consumed else None
+
+
 def count_framed_records(path) -> int:
     """The records of a plain (uncompressed) TFRecord file, counted from their headers alone.
 
