@@ -114,20 +114,28 @@ def read_decode_resize(path):  # the usual one map: read, decode and resize at o
     return tf.image.resize(image, [32, 32])
 
 
+def files_pipeline(pattern):
+    """list_files, then one map that reads, decodes and resizes to 32 px: how users write it."""
+    return (tf.data.Dataset.list_files(pattern, shuffle=False).repeat()
+            .map(read_decode_resize, num_parallel_calls=AUTOTUNE, name="load")
+            .batch(4).prefetch(2))
+
+
+def stage_named(report, label):
+    (stage,) = [stage for stage in report.stages if stage.label == label]
+    return stage
+
+
 def test_store_smaller_for_one_map_that_reads_decodes_and_resizes_image_files(tmp_path):
     # the map's output is already 32 px, so only the files' own headers tell that each decode
     # makes 300x the pixels the model sees: this pipeline once got no recommendation at all
-    pattern = _jpeg_files(tmp_path / "photos", 480, 640)
-    dataset = (tf.data.Dataset.list_files(pattern, shuffle=False).repeat()
-               .map(read_decode_resize, num_parallel_calls=AUTOTUNE, name="load")
-               .batch(4).prefetch(2))
-    report = tfopt.analyze(dataset, seconds=1.5, cores=2)
+    report = tfopt.analyze(files_pipeline(_jpeg_files(tmp_path / "photos", 480, 640)),
+                           seconds=1.5, cores=2)
     rec = only(report, "store_smaller")
     assert rec.stage == "load" == report.bottleneck
     assert "stored images of about 640 x 480 px, from sampled headers" in rec.message
     assert "tfopt convert --max-size 32" in rec.message
-    (load,) = [stage for stage in report.stages if stage.label == "load"]
-    assert load.stored_size == (480, 640)
+    assert stage_named(report, "load").stored_size == (480, 640)
 
 
 def test_store_smaller_for_encoded_images_decoded_and_resized_in_one_map():
@@ -140,14 +148,10 @@ def test_store_smaller_for_encoded_images_decoded_and_resized_in_one_map():
 
 
 def test_no_store_smaller_for_files_stored_near_the_size_the_model_sees(tmp_path):
-    pattern = _jpeg_files(tmp_path / "small", 40, 40)
-    dataset = (tf.data.Dataset.list_files(pattern, shuffle=False).repeat()
-               .map(read_decode_resize, num_parallel_calls=AUTOTUNE, name="load")
-               .batch(4).prefetch(2))
-    report = tfopt.analyze(dataset, seconds=1.0, cores=2)
+    report = tfopt.analyze(files_pipeline(_jpeg_files(tmp_path / "small", 40, 40)),
+                           seconds=1.0, cores=2)
     assert "store_smaller" not in report.kinds()
-    (load,) = [stage for stage in report.stages if stage.label == "load"]
-    assert load.stored_size == (40, 40)
+    assert stage_named(report, "load").stored_size == (40, 40)
 
 
 def test_the_stored_size_is_read_only_from_images_and_image_files(tmp_path):
