@@ -196,10 +196,15 @@ def test_one_damaged_image_among_the_sampled_keeps_the_image_feature_and_is_name
     where = f"{folder / 'train-00000-of-00002'}, record 5"
     (note,) = [n for n in builder.choices.notes if "not an image" in n]
     assert note.startswith(f"image/encoded: 1 of 40 sampled values is not an image (first: {where})")
-    assert "skip_corrupt=True" in note and "tfopt inspect" in note
+    assert "skip_corrupt=True" in note and "tfopt verify" in note
     assert any(note in record.getMessage() for record in caplog.records)
-    with pytest.raises(tf.errors.InvalidArgumentError):
-        list(builder.build())  # TensorFlow's decode error; the note named the record first
+    with pytest.raises(tf.errors.InvalidArgumentError) as caught:
+        list(builder.build())
+    # tfopt's check before the decode, where TensorFlow said only "Invalid JPEG data"
+    message = caught.value.message
+    # (TensorFlow's assertion message escapes the quotes)
+    assert "encoded image is not a JPEG image; its first bytes:] [not an image" in message
+    assert f"tfopt verify {pattern}" in message and "skip_corrupt=True" in message
     skipping = PipelineBuilder(pattern, batch_size=8, image_size=32, skip_corrupt=True)
     images = [image for batch, _ in skipping.build() for image in batch.numpy()]
     assert len(images) == 39 and images[0].shape == (32, 32, 3)

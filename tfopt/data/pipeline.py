@@ -28,7 +28,7 @@ from tfopt._validate import choice, known_options
 from tfopt.data.cache_keys import cache_location, other_cache_files
 from tfopt.data.choices import PipelineChoices
 from tfopt.data.config import FIELD_NAMES, PipelineConfig, make_config
-from tfopt.data.decode import crop_and_resize, decode_full, decode_to_target
+from tfopt.data.decode import checked_image, crop_and_resize, decode_full, decode_to_target
 from tfopt.data.plan import (
     PREFETCH_DEVICE,
     SERVICE_PROCESSING_MODE,
@@ -130,6 +130,9 @@ class PipelineBuilder:
     def __init__(self, source, config: PipelineConfig | int | None = None, **fields):
         config = make_config(config, fields, "PipelineBuilder")
         self.config = config
+        # how errors name the source for 'tfopt verify': the path or glob as given
+        self._where = (os.fspath(source) if isinstance(source, (str, os.PathLike))
+                       else "on its files")
         self.source: PipelineSource = resolve_source(
             source, split=config.split, image_key=config.image_key, label_key=config.label_key,
             training=config.training)
@@ -354,9 +357,16 @@ class PipelineBuilder:
         def seed_of(index):
             return tf.stack([base_seed, index])
 
+        hint = (f"run 'tfopt verify {self._where}' to find such records (shard and record "
+                "index), or build the pipeline with skip_corrupt=True to skip them")
+
+        def checked(image):
+            return checked_image(image, decode, hint)
+
         if plan.cache is CacheMode.DECODED:
             # whole decoded images in the cache; each epoch draws its own crops from them
-            full = parsed.map(_keep_label(lambda image: decode_full(image, decode), has_label),
+            full = parsed.map(_keep_label(lambda image: decode_full(checked(image), decode),
+                                          has_label),
                               num_parallel_calls=AUTOTUNE, deterministic=plan.deterministic,
                               name="decode")
             full = self._shuffle_and_repeat(self._cache(self._skip_undecodable(full)))
@@ -366,7 +376,8 @@ class PipelineBuilder:
                 crop, num_parallel_calls=AUTOTUNE, deterministic=plan.deterministic, name="crop")
         # one map decodes and crops (a random-resized crop when training)
         to_target = _with_index(
-            lambda index, image: decode_to_target(image, decode, seed_of(index)), has_label)
+            lambda index, image: decode_to_target(checked(image), decode, seed_of(index)),
+            has_label)
         images = self._skip_undecodable(parsed.enumerate(name="seed_index").map(
             to_target, num_parallel_calls=AUTOTUNE, deterministic=plan.deterministic,
             name="decode"))
@@ -435,9 +446,8 @@ def _not_images_note(source: PipelineSource, skip_corrupt: bool) -> str | None:
     if skip_corrupt:
         return (f"{found}; records whose image fails to decode are skipped (skip_corrupt: "
                 "TensorFlow logs each, they are not counted)")
-    return (f"{found}; a record like it stops the pipeline with TensorFlow's decode error: "
-            "build the pipeline with skip_corrupt=True to skip such records, or find them "
-            "with 'tfopt inspect'")
+    return (f"{found}; a record like it stops the pipeline with an error: build the pipeline "
+            "with skip_corrupt=True to skip such records, or find them with 'tfopt verify'")
 
 
 def _keep_label(fn, has_label):

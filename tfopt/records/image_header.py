@@ -30,7 +30,7 @@ IMAGE_EXTENSIONS = {
     ".bmp": ImageFormat.BMP,
 }
 
-_SIGNATURES = (
+SIGNATURES = (
     (b"\xff\xd8\xff", ImageFormat.JPEG),
     (b"\x89PNG\r\n\x1a\n", ImageFormat.PNG),
     (b"GIF87a", ImageFormat.GIF),
@@ -65,7 +65,7 @@ _JPEG_STANDALONE = frozenset(range(0xD0, 0xD8)) | {0x01, 0xD8}
 
 def sniff_format(data: bytes) -> ImageFormat | None:
     """The image format that ``data`` starts with, or None when it is not a known image."""
-    for signature, image_format in _SIGNATURES:
+    for signature, image_format in SIGNATURES:
         if data.startswith(signature):
             if image_format is ImageFormat.BMP and len(data) < 26:
                 return None  # "BM" alone is too weak a signature for tiny files
