@@ -42,7 +42,7 @@ ALLOWED = {
     "records": {"foundation"},
     "distribute": {"foundation"},
     "data": {"foundation", "records", "distribute"},
-    "analysis": {"foundation"},
+    "analysis": {"foundation", "records"},
     "models": {"foundation"},
     "train": {"foundation", "gpu", "data", "distribute", "models"},
     "tune": {"foundation", "gpu", "data", "models", "train"},
