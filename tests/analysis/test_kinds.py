@@ -201,7 +201,9 @@ def test_deterministic_order_that_costs_measured_speed():
                .map(lambda x: tf.py_function(_uneven, [x], tf.int64), num_parallel_calls=4,
                     deterministic=True, name="uneven")
                .prefetch(2))
-    rec = only(tfopt.analyze(dataset, seconds=3.0, cores=2), "deterministic")
+    # 6 s: the ordered and unordered rates come from windows of under a second each at 3 s,
+    # where one run read a gain below the 1.15 threshold (about 1.3-1.6 measured otherwise)
+    rec = only(tfopt.analyze(dataset, seconds=6.0, cores=2), "deterministic")
     assert rec.stage == "uneven" and rec.expected_speedup >= 1.15
     assert "deterministic=False" in rec.message
 
