@@ -17,6 +17,28 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--alone", choices=("with", "without", "only"), default="with",
+        help="tests marked 'alone' (they assert what measured rates show, or catch a real "
+             "process at a moment): run them with the rest (default), leave them out, or run "
+             "only them. scripts/test.sh runs the rest on every core, then these in one "
+             "process, so that no other test shares the CPU with them.")
+
+
+def pytest_collection_modifyitems(config, items):
+    choice = config.getoption("--alone")
+    if choice == "with":
+        return
+    kept, deselected = [], []
+    for item in items:
+        alone = item.get_closest_marker("alone") is not None
+        (kept if alone == (choice == "only") else deselected).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+
+
 @pytest.fixture(scope="session")
 def tf():
     from tfopt._tf import import_tensorflow

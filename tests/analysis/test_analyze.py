@@ -11,6 +11,9 @@ from analysis_helpers import random_jpeg, slow, tf
 import tfopt
 from tfopt.errors import InvalidArgumentError, UnsupportedDatasetError
 
+# the analysis's verdicts rest on measured rates: no other test beside them (scripts/test.sh)
+pytestmark = pytest.mark.alone
+
 AUTOTUNE = tf.data.AUTOTUNE
 
 

@@ -10,6 +10,9 @@ from analysis_helpers import random_jpeg, slow, tf
 
 import tfopt
 
+# the analysis's verdicts rest on measured rates: no other test beside them (scripts/test.sh)
+pytestmark = pytest.mark.alone
+
 AUTOTUNE = tf.data.AUTOTUNE
 SPEED_KINDS = ("parallelize", "prefetch", "cache", "vectorize", "python", "store_smaller",
                "deterministic")

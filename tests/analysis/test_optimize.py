@@ -13,6 +13,9 @@ from tfopt.analysis import analyze as analyze_module
 from tfopt.analysis import optimize as optimize_module
 from tfopt.errors import UnsupportedDatasetError
 
+# the analysis's verdicts rest on measured rates: no other test beside them (scripts/test.sh)
+pytestmark = pytest.mark.alone
+
 AUTOTUNE = tf.data.AUTOTUNE
 VOCABULARY = ["cat", "dog", "eel"]
 

@@ -11,6 +11,9 @@ from conftest import one_error_line
 
 from tfopt.cli import cli
 
+# the analysis's verdicts rest on measured rates: no other test beside them (scripts/test.sh)
+pytestmark = pytest.mark.alone
+
 EXAMPLE = textwrap.dedent('''
     import tensorflow as tf
     from helper import double  # the file's folder is importable
