@@ -1,0 +1,39 @@
+"""The measurement scripts under scripts/ run as their docstrings say (real processes, small
+data); what they measure is theirs to print, not asserted here."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import encode_jpeg, random_pixels
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+
+
+def test_bench_decode_times_every_variant_and_prints_both_ceilings(tmp_path):
+    folder = tmp_path / "photos" / "cat"
+    folder.mkdir(parents=True)
+    for index in range(3):  # 600 px on the shorter side: tfopt's cache keeps it at 1/2 scale
+        (folder / f"{index}.JPG").write_bytes(encode_jpeg(random_pixels(index, 600, 800)))
+    (folder / "notes.txt").write_text("not an image")
+    done = subprocess.run([sys.executable, str(SCRIPTS / "bench_decode.py"), str(tmp_path),
+                           "--count", "2", "--rounds", "1"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "2 JPEGs of" in done.stdout and "1 rounds, one core" in done.stdout
+    for variant in ("keras", "full", "1/8", "tfopt"):
+        assert re.search(rf"^\s+{re.escape(variant)}: +[\d.]+ ms CPU an image", done.stdout,
+                         re.MULTILINE), done.stdout
+    assert re.search(r"^keras / tfopt: [\d.]+x", done.stdout, re.MULTILINE), done.stdout
+    assert re.search(r"^keras / 1/8: +[\d.]+x", done.stdout, re.MULTILINE), done.stdout
+
+
+def test_bench_decode_names_a_folder_without_jpegs(tmp_path):
+    (tmp_path / "notes.txt").write_text("not an image")
+    done = subprocess.run([sys.executable, str(SCRIPTS / "bench_decode.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == f"{tmp_path}: no .jpg or .jpeg files found"
