@@ -11,8 +11,7 @@ Every round builds each pipeline anew (a cache must not survive into the next ro
 original twice (the second, "again", is the run's noise floor), the guide's recipe and
 optimize's. It times whole epochs of each, every one from a new iterator drained in-graph to its
 end, the pipelines taking turns (a share of the time each) in an order that rotates with the
-round; the
-table has the medians.
+round; the table has each pipeline's examples over seconds, summed over every timed epoch.
 ``optimize`` is called once per round on a fresh copy; its time is in the table.
 """
 
@@ -42,7 +41,7 @@ from tfopt.analysis import measure  # noqa: E402
 AUTOTUNE = tf.data.AUTOTUNE
 SIZE = 224
 BATCH = 64
-SLICES = 4  # turns the pipelines take in each round's timing (see epoch_rates)
+SLICES = 4  # turns the pipelines take in each round's timing (see epoch_times)
 
 
 @dataclass
@@ -229,63 +228,86 @@ def cases(data) -> list[Case]:
 
 # ---- measuring -------------------------------------------------------------------------------
 
-def epoch_rates(datasets: dict, order: list[str], case: Case, seconds: float) -> dict:
-    """Examples/s of whole epochs of each dataset, every epoch from a new iterator drained
-    in-graph to its end: for a cached case, its first epoch (it fills the cache) and the
-    median of the later ones; else the median epoch.
+def epoch_times(datasets: dict, order: list[str], case: Case, seconds: float) -> dict:
+    """Whole epochs of each dataset, every one from a new iterator drained in-graph to its end:
+    for each name, (its first epoch's seconds or None, [the later epochs' seconds]). A cached
+    case's first epoch fills the cache and is kept apart.
 
     The datasets take turns (``order``), in each turn running whole epochs up to their share
-    of ``seconds``, until each has run at least ``seconds`` of later epochs: on this shared VM an epoch now and then runs at half speed
-    (seen in single passes of one unchanged pipeline, 23 against 47 ex/s), and a slow spell
-    then falls on all of them rather than on one.
+    of ``seconds``, until each has run at least ``seconds`` of later epochs: on this shared VM
+    an epoch now and then runs at half speed (seen in single passes of one unchanged pipeline,
+    23 against 47 ex/s), and a slow spell then falls on all of them rather than on one.
     """
     batches = -(-case.examples // BATCH)  # an epoch's batches, the last one partial
 
-    def one_epoch(dataset) -> tuple[float, float]:
+    def one_epoch(dataset) -> float:
         measured = measure.whole_passes(dataset, 0.0)
-        return measured.elements / batches * case.examples / measured.seconds, measured.seconds
+        if measured.elements != batches:
+            raise RuntimeError(f"{case.name} ({case.data}): an epoch gave {measured.elements} "
+                               f"batches, expected {batches}")
+        return measured.seconds
 
-    first = {name: one_epoch(datasets[name])[0] for name in order} if case.cached else {}
+    first = {name: one_epoch(datasets[name]) if case.cached else None for name in order}
     later = {name: [] for name in order}
-    spent = dict.fromkeys(order, 0.0)
     # in SLICES turns, each runs epochs until it has spent its share of the time so far: a
     # cached pipeline's 50-ms epochs must not make an uncached one's 3-s epochs run 60 times
     for turn in range(1, SLICES + 1):
         for name in order:
-            while spent[name] < seconds * turn / SLICES or not later[name]:
-                rate, took = one_epoch(datasets[name])
-                later[name].append(rate)
-                spent[name] += took
-    return {name: ((first[name],) if case.cached else ()) + (statistics.median(later[name]),)
-            for name in order}
+            while sum(later[name]) < seconds * turn / SLICES or not later[name]:
+                later[name].append(one_epoch(datasets[name]))
+    return {name: (first[name], later[name]) for name in order}
 
 
 def run_case(case: Case, rounds: int, seconds: float, measure_s: float) -> dict:
+    """Each pipeline's rate over all its timed epochs: examples over seconds, summed over the
+    rounds (a cached case: epoch 1 and the later epochs apart).
+
+    Summed, not a median of epochs: one pipeline's epochs here fall into two levels (tf.data's
+    autotuning, see the README), and a median of a few lands on either; the sum is the rate a
+    training run of many epochs gets. Where optimize returns the very object it was given,
+    that pipeline is the original: it is not timed again, and its rates are the original's.
+    """
     # "again": the original pipeline built a second time and timed beside the first, the run's
     # noise floor (the ratio a pipeline gets against itself here)
-    rates = {"original": [], "again": [], "tuned": [], "optimize": []}
+    names = ("original", "again", "tuned", "optimize")
+    firsts = {name: [] for name in names}
+    laters = {name: [] for name in names}
     bottlenecks, analyse_s, optimize_s, changes = [], [], [], set()
+    unchanged = []
     for round_ in range(rounds):
         datasets = {"original": case.original(), "again": case.original()}
         if case.tuned is not None:
             datasets["tuned"] = case.tuned()
+        given = case.original()
         start = time.perf_counter()
-        result = tfopt.optimize_with_report(case.original(), seconds=seconds)
+        result = tfopt.optimize_with_report(given, seconds=seconds)
         optimize_s.append(time.perf_counter() - start)
         analyse_s.append(result.analysis.seconds)
         bottlenecks.append(result.analysis.bottleneck)
         changes.update(f"{c.kind}({c.stage})" for c in result.changes)
-        datasets["optimize"] = result.dataset
+        unchanged.append(result.dataset is given)
+        if not unchanged[-1]:
+            datasets["optimize"] = result.dataset
         order = list(datasets)
         order = order[round_ % len(order):] + order[:round_ % len(order)]
-        for name, measured in epoch_rates(datasets, order, case, measure_s).items():
-            rates[name].append(measured)
-        del datasets, result
+        for name, (first, later) in epoch_times(datasets, order, case, measure_s).items():
+            if first is not None:
+                firsts[name].append(first)
+            laters[name].extend(later)
+        del datasets, result, given
+
+    def rate(epochs: list[float]) -> float:
+        return case.examples * len(epochs) / sum(epochs)
+
     out = {"bottlenecks": bottlenecks, "analyse_s": statistics.median(analyse_s),
-           "optimize_s": statistics.median(optimize_s), "changes": sorted(changes)}
-    for name, runs in rates.items():
-        if runs:
-            out[name] = tuple(statistics.median(r[i] for r in runs) for i in range(len(runs[0])))
+           "optimize_s": statistics.median(optimize_s), "changes": sorted(changes),
+           "unchanged": sum(unchanged), "epochs": {}}
+    for name in names:
+        if laters[name]:
+            out[name] = ((rate(firsts[name]),) if case.cached else ()) + (rate(laters[name]),)
+            out["epochs"][name] = len(laters[name])
+    if "optimize" not in out:  # every round returned the original itself
+        out["optimize"] = out["original"]
     return out
 
 
@@ -314,17 +336,22 @@ def main(argv=None) -> int:
             continue
         out = run_case(case, args.rounds, args.seconds, args.measure)
         named = ", ".join(sorted(set(out["bottlenecks"])))
+        same = ("1.00x (the original itself)" if out["unchanged"] == args.rounds else
+                ratio(out["optimize"], out["original"])
+                + (f" ({out['unchanged']} of {args.rounds} rounds: the original itself)"
+                   if out["unchanged"] else ""))
         mark = "yes" if set(out["bottlenecks"]) == {case.expected} else "NO"
         original = " / ".join(f"{r:,.0f}" for r in out["original"])
         tuned = ratio(out["optimize"], out["tuned"]) if "tuned" in out else "no safe rewrite"
         print(f"| {case.name} | {case.data} | {named} ({mark}) | "
               f"{', '.join(out['changes']) or 'none'} | {original} | "
-              f"{ratio(out['optimize'], out['original'])} | {tuned} | "
+              f"{same} | {tuned} | "
               f"{ratio(out['again'], out['original'])} | {out['analyse_s']:.1f} | {out['optimize_s']:.1f} |", flush=True)
-    print(f"\nCached cases: epoch 1 / the later epochs. Medians of {args.rounds} rounds, each "
-          f"the median of at least {args.measure:g} s of whole epochs, the pipelines taking "
-          f"turns. 'original again' is the original built a second time and "
-          f"timed beside it: how far two runs of one pipeline differ here. "
+    print(f"\nCached cases: epoch 1 / the later epochs. Rates over {args.rounds} rounds of "
+          f"at least {args.measure:g} s of whole epochs each, the pipelines taking turns: "
+          f"examples over seconds, summed. 'original again' is the original built a second "
+          f"time and timed beside it: how far two runs of one pipeline differ here. Where "
+          f"optimize returned the original itself it is not timed apart. "
           f"TensorFlow {tf.__version__}, "
           f"{os.cpu_count()} CPUs.")
     return 0

@@ -9,6 +9,7 @@ import pytest
 from analysis_helpers import random_jpeg, slow, tf
 
 import tfopt
+from tfopt.analysis import analyze as analyze_module
 from tfopt.errors import InvalidArgumentError, UnsupportedDatasetError
 
 # the analysis's verdicts rest on measured rates: no other test beside them (scripts/test.sh)
@@ -85,6 +86,28 @@ def test_a_pipeline_without_prefetch_gets_prefetch_and_one_with_it_does_not():
     assert prefetch.stage == report.stages[-1].label
     assert "prefetch(tf.data.AUTOTUNE)" in prefetch.message
     assert "prefetch" not in tfopt.analyze(plain.prefetch(2), seconds=0.6).kinds()
+
+
+def test_an_output_that_runs_ahead_as_it_runs_gets_a_prefetch_worth_nothing_more():
+    # TensorFlow injects no prefetch after an asynchronous stage: here a parallel map is the
+    # output as the pipeline runs, with inject_prefetch off so that nothing else runs ahead
+    ahead = tf.data.Options()
+    ahead.experimental_optimization.inject_prefetch = False
+    dataset = (tf.data.Dataset.range(10**9).map(slow, num_parallel_calls=2, name="slow")
+               .with_options(ahead))
+    found = analyze_module.analyse(dataset, seconds=1.0, cores=2)
+    assert found.runs_ahead == "ParallelMapV2"
+    (prefetch,) = [r for r in found.report.recommendations if r.kind == "prefetch"]
+    assert prefetch.expected_speedup == 1.0 and "ParallelMapV2" in prefetch.message
+    # without TensorFlow's rewrites a sequential map is the output: the consumer waits for it
+    waits = tf.data.Options()
+    waits.experimental_optimization.apply_default_optimizations = False
+    waits.experimental_optimization.inject_prefetch = False
+    found = analyze_module.analyse(tf.data.Dataset.range(10**9).map(slow).with_options(waits),
+                                   seconds=1.0, cores=2)
+    assert found.runs_ahead is None
+    (prefetch,) = [r for r in found.report.recommendations if r.kind == "prefetch"]
+    assert prefetch.expected_speedup == 2.0
 
 
 def test_user_names_python_random_and_heavy_ops_are_read_from_each_stage():

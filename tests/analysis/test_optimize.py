@@ -194,6 +194,20 @@ def test_a_good_pipeline_comes_back_unchanged():
     assert "no rewrite made" in result.describe()
 
 
+def test_no_prefetch_is_written_after_an_output_tensorflow_runs_ahead():
+    # a map and a batch run as one MapAndBatch, which makes batches ahead into its own buffer:
+    # a prefetch after it adds a buffer and a thread, no overlap (TensorFlow injects none)
+    ahead = tf.data.Options()
+    ahead.experimental_optimization.inject_prefetch = False
+    dataset = (tf.data.Dataset.range(2000).map(slow, num_parallel_calls=AUTOTUNE)
+               .batch(16).with_options(ahead))
+    result = tfopt.optimize_with_report(dataset, seconds=1.5, cores=2)
+    assert result.analysis.stages[-1].op.startswith("BatchDataset")  # no prefetch written
+    assert "prefetch" not in [c.kind for c in result.changes], result.describe()
+    (skipped,) = [c for c in result.skipped if c.kind == "prefetch"]
+    assert "MapAndBatch" in skipped.message and "changes nothing" in skipped.message
+
+
 def test_a_cache_is_added_below_the_random_stage_and_measured_from_its_second_pass():
     dataset = (tf.data.Dataset.range(160).map(slow, num_parallel_calls=AUTOTUNE, name="work")
                .batch(8, name="batches")

@@ -63,7 +63,9 @@ class Analysis:
     report: PipelineReport
     graph_def: object  # the dataset's serialised GraphDef
     graph_stages: tuple  # graph.GraphStage per report stage, same order
-    injected_prefetch: bool  # TensorFlow adds a prefetch at the output at run time
+    # what runs the output ahead of its consumer at run time: "Prefetch" (TensorFlow injects
+    # one) or an asynchronous stage such as "MapAndBatch"; None where nothing does
+    runs_ahead: str | None
 
 
 def analyse(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
@@ -142,17 +144,16 @@ def analyse(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
         unmatched = [s.name or s.op for s in found if s.node not in reading.by_stage]
         notes.append("no model node for " + ", ".join(unmatched)
                      + " (rewritten at run time): self times estimated from prefix rates")
+    runs_ahead = reading.runs_ahead if reading is not None else None
     recommendations = advice.recommendations(
-        stages, cores, rates[-1], reading is not None and reading.injected_prefetch,
-        ram_budget=ram_budget, unordered_per_s=unordered)
+        stages, cores, rates[-1], runs_ahead, ram_budget=ram_budget, unordered_per_s=unordered)
     report = PipelineReport(
         stages=tuple(stages), bottleneck=plan.bottleneck, ceiling_per_s=plan.ceiling_per_s,
         rate_per_s=rates[-1], predicted_per_s=plan.predicted_per_s, cores=cores,
         recommendations=tuple(recommendations), autotune_model=reading is not None,
         notes=tuple(notes), seconds=time.perf_counter() - started, ram_budget=ram_budget,
         extra={} if unordered is None else {"unordered_per_s": unordered})
-    return Analysis(report, graph_def, tuple(found),
-                    reading is not None and reading.injected_prefetch)
+    return Analysis(report, graph_def, tuple(found), runs_ahead)
 
 
 def _measure(prefix, seconds, stage, tf, measure, tfapi, model=False, shuffled=False):

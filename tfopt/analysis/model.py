@@ -42,6 +42,10 @@ class ModelReading:
     by_stage: dict[str, ModelNode]  # graph node name -> its model node
     fused_into_next: frozenset[str]  # graph nodes whose work runs in the next stage's node
     injected_prefetch: bool  # a Prefetch at the output that the graph does not have
+    # the model's node that runs the output ahead of its consumer (an injected Prefetch, or an
+    # asynchronous stage such as MapAndBatch that TensorFlow made of a map and a batch), None
+    # where the consumer waits for each element to be made
+    runs_ahead: str | None = None
 
 
 def chain(proto, picks=()) -> list[ModelNode]:
@@ -137,7 +141,31 @@ def read_model(proto, stages: list[GraphStage], repeated: bool = False) -> Model
         break  # a rewrite this module does not know: leave the rest unmatched
     budget = int(proto.optimization_params.cpu_budget) if proto.HasField(
         "optimization_params") else 0
-    return ModelReading(output_elements, budget, by_stage, frozenset(fused), injected)
+    return ModelReading(output_elements, budget, by_stage, frozenset(fused), injected,
+                        _runs_ahead(model, injected))
+
+
+# The kinds (op_kind) of the model's nodes that run ahead of their consumer (_ASYNCHRONOUS),
+# and of those that pass elements through as they come
+_AHEAD_KINDS = frozenset(("prefetch", "parallelmap", "mapandbatch", "parallelbatch",
+                          "parallelinterleave", "legacyparallelinterleave", "parallelfilter"))
+_PASSING = ("take", "skip", "repeat", "foreverrepeat", "assertcardinality", "finalize",
+            "model", "maxintraopparallelism", "privatethreadpool", "threadpool")
+
+
+def _runs_ahead(model: list[ModelNode], injected: bool) -> str | None:
+    """The name of the output's model node that makes elements ahead of the consumer (past
+    take, repeat and the like), or None: TensorFlow injects no prefetch after such a node, and
+    writing one after it adds a buffer but no overlap."""
+    if injected:
+        return "Prefetch"
+    for node in model:
+        kind = op_kind(node.name)
+        if kind in _AHEAD_KINDS:
+            return node.name
+        if kind not in _PASSING:
+            return None
+    return None
 
 
 # TensorFlow's static fusions: the model's node, the graph's stage it stands for, and the

@@ -11,8 +11,10 @@ asks). So the rewrites are:
   variable writes, Python), and where the model expects at least 5% from it.
 - ``autotune``: a parallel map with a fixed ``num_parallel_calls`` below the cores, where it
   limits the pipeline, gets AUTOTUNE.
-- ``prefetch``: ``prefetch(AUTOTUNE)`` at the output when neither the graph nor TensorFlow
-  (``inject_prefetch``) has one.
+- ``prefetch``: ``prefetch(AUTOTUNE)`` at the output when the output does not already run
+  ahead of its consumer: no prefetch in the graph, none injected by TensorFlow
+  (``inject_prefetch``), and no asynchronous stage there as the pipeline runs (a parallel map,
+  or the ``MapAndBatch`` TensorFlow makes of a map and a batch).
 - ``cache``: an in-memory cache where the analysis recommends one (the highest stage below
   every random one whose epoch fits the RAM budget, worth 1.1x from the second epoch).
 
@@ -150,7 +152,7 @@ def optimize_with_report(dataset, *, ram_budget: int | None = None, seconds: flo
     found = analyse(dataset, seconds=_ANALYSIS_SHARE * seconds, ram_budget=ram_budget,
                     cores=cores, progress=progress)
     report = found.report
-    changes, skipped = plan_changes(report, found.graph_stages, found.injected_prefetch)
+    changes, skipped = plan_changes(report, found.graph_stages, found.runs_ahead)
     options = dataset.options()
     if deterministic is not None and deterministic != (options.deterministic is not False):
         import tensorflow as tf
@@ -166,12 +168,12 @@ def optimize_with_report(dataset, *, ram_budget: int | None = None, seconds: flo
                   started, progress)
 
 
-def plan_changes(report: PipelineReport, graph_stages, injected_prefetch: bool
+def plan_changes(report: PipelineReport, graph_stages, runs_ahead: str | None
                  ) -> tuple[list[Change], list[Change]]:
     """The rewrites to make and those considered and left out, from an analysis."""
     stages, cores = list(report.stages), report.cores
     changes, skipped = _parallel_changes(stages, graph_stages, cores)
-    changes += _prefetch_change(stages, injected_prefetch, skipped)
+    changes += _prefetch_change(stages, runs_ahead, skipped)
     cache = next((r for r in report.recommendations if r.kind == "cache"), None)
     if cache is not None:
         changes.append(Change("cache", cache.stage, cache.message))
@@ -236,13 +238,12 @@ def _unsafe(graph_stage) -> str | None:
     return None
 
 
-def _prefetch_change(stages: list[Stage], injected: bool, skipped: list) -> list[Change]:
+def _prefetch_change(stages: list[Stage], runs_ahead: str | None, skipped: list) -> list[Change]:
     if advice.ends_in_prefetch(stages):
         return []
-    if injected:
-        skipped.append(Change("prefetch", stages[-1].label,
-                              "TensorFlow adds a prefetch at the output at run time "
-                              "(inject_prefetch): writing one changes nothing now"))
+    if runs_ahead is not None:
+        skipped.append(Change("prefetch", stages[-1].label, advice.ahead_already(runs_ahead)
+                              + ": a prefetch written after it changes nothing now"))
         return []
     return [Change("prefetch", stages[-1].label,
                    "prefetch(AUTOTUNE) at the output, so input and training overlap")]
