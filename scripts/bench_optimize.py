@@ -52,7 +52,7 @@ class Case:
     original: object  # () -> the pipeline as a user wrote it
     tuned: object | None  # () -> the guide's recipe for the same work (None: no safe rewrite)
     examples: int = 0  # examples in an epoch
-    cached: bool = False  # report epoch 1 and the later epochs apart
+    cached: bool = False  # the guide caches: report epoch 1 and the later epochs apart
 
 
 # ---- data -------------------------------------------------------------------------------------
@@ -230,8 +230,8 @@ def cases(data) -> list[Case]:
 
 def epoch_times(datasets: dict, order: list[str], case: Case, seconds: float) -> dict:
     """Whole epochs of each dataset, every one from a new iterator drained in-graph to its end:
-    for each name, (its first epoch's seconds or None, [the later epochs' seconds]). A cached
-    case's first epoch fills the cache and is kept apart.
+    for each name, (its first epoch's seconds, [the later epochs' seconds]). The first epoch
+    is kept apart: where a pipeline caches, it fills the cache.
 
     The datasets take turns (``order``), in each turn running whole epochs up to their share
     of ``seconds``, until each has run at least ``seconds`` of later epochs: on this shared VM
@@ -247,7 +247,7 @@ def epoch_times(datasets: dict, order: list[str], case: Case, seconds: float) ->
                                f"batches, expected {batches}")
         return measured.seconds
 
-    first = {name: one_epoch(datasets[name]) if case.cached else None for name in order}
+    first = {name: one_epoch(datasets[name]) for name in order}
     later = {name: [] for name in order}
     # in SLICES turns, each runs epochs until it has spent its share of the time so far: a
     # cached pipeline's 50-ms epochs must not make an uncached one's 3-s epochs run 60 times
@@ -260,7 +260,8 @@ def epoch_times(datasets: dict, order: list[str], case: Case, seconds: float) ->
 
 def run_case(case: Case, rounds: int, seconds: float, measure_s: float) -> dict:
     """Each pipeline's rate over all its timed epochs: examples over seconds, summed over the
-    rounds (a cached case: epoch 1 and the later epochs apart).
+    rounds: epoch 1 and the later epochs apart where the guide or optimize caches (epoch 1
+    fills the cache), else over all epochs.
 
     Summed, not a median of epochs: one pipeline's epochs here fall into two levels (tf.data's
     autotuning, see the README), and a median of a few lands on either; the sum is the rate a
@@ -291,20 +292,21 @@ def run_case(case: Case, rounds: int, seconds: float, measure_s: float) -> dict:
         order = list(datasets)
         order = order[round_ % len(order):] + order[:round_ % len(order)]
         for name, (first, later) in epoch_times(datasets, order, case, measure_s).items():
-            if first is not None:
-                firsts[name].append(first)
+            firsts[name].append(first)
             laters[name].extend(later)
         del datasets, result, given
+    cached = case.cached or any(change.startswith("cache(") for change in changes)
 
     def rate(epochs: list[float]) -> float:
         return case.examples * len(epochs) / sum(epochs)
 
-    out = {"bottlenecks": bottlenecks, "analyse_s": statistics.median(analyse_s),
+    out = {"bottlenecks": bottlenecks, "cached": cached, "analyse_s": statistics.median(analyse_s),
            "optimize_s": statistics.median(optimize_s), "changes": sorted(changes),
            "unchanged": sum(unchanged), "epochs": {}}
     for name in names:
         if laters[name]:
-            out[name] = ((rate(firsts[name]),) if case.cached else ()) + (rate(laters[name]),)
+            out[name] = ((rate(firsts[name]), rate(laters[name])) if cached else
+                         (rate(firsts[name] + laters[name]),))
             out["epochs"][name] = len(laters[name])
     if "optimize" not in out:  # every round returned the original itself
         out["optimize"] = out["original"]
@@ -347,7 +349,8 @@ def main(argv=None) -> int:
               f"{', '.join(out['changes']) or 'none'} | {original} | "
               f"{same} | {tuned} | "
               f"{ratio(out['again'], out['original'])} | {out['analyse_s']:.1f} | {out['optimize_s']:.1f} |", flush=True)
-    print(f"\nCached cases: epoch 1 / the later epochs. Rates over {args.rounds} rounds of "
+    print(f"\nRows with two figures (the guide or optimize caches): epoch 1, which fills the "
+          f"cache / the later epochs. Rates over {args.rounds} rounds of "
           f"at least {args.measure:g} s of whole epochs each, the pipelines taking turns: "
           f"examples over seconds, summed. 'original again' is the original built a second "
           f"time and timed beside it: how far two runs of one pipeline differ here. Where "
