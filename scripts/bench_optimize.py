@@ -300,14 +300,13 @@ def run_case(case: Case, rounds: int, seconds: float, measure_s: float) -> dict:
     def rate(epochs: list[float]) -> float:
         return case.examples * len(epochs) / sum(epochs)
 
-    out = {"bottlenecks": bottlenecks, "cached": cached, "analyse_s": statistics.median(analyse_s),
+    out = {"bottlenecks": bottlenecks, "analyse_s": statistics.median(analyse_s),
            "optimize_s": statistics.median(optimize_s), "changes": sorted(changes),
-           "unchanged": sum(unchanged), "epochs": {}}
+           "unchanged": sum(unchanged)}
     for name in names:
         if laters[name]:
             out[name] = ((rate(firsts[name]), rate(laters[name])) if cached else
                          (rate(firsts[name] + laters[name]),))
-            out["epochs"][name] = len(laters[name])
     if "optimize" not in out:  # every round returned the original itself
         out["optimize"] = out["original"]
     return out

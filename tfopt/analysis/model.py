@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from tfopt.analysis.advice import PASS_THROUGH
 from tfopt.analysis.graph import GraphStage
 
 
@@ -145,29 +146,6 @@ def read_model(proto, stages: list[GraphStage], repeated: bool = False) -> Model
                         _runs_ahead(model, injected))
 
 
-# The kinds (op_kind) of the model's nodes that run ahead of their consumer (_ASYNCHRONOUS),
-# and of those that pass elements through as they come
-_AHEAD_KINDS = frozenset(("prefetch", "parallelmap", "mapandbatch", "parallelbatch",
-                          "parallelinterleave", "legacyparallelinterleave", "parallelfilter"))
-_PASSING = ("take", "skip", "repeat", "foreverrepeat", "assertcardinality", "finalize",
-            "model", "maxintraopparallelism", "privatethreadpool", "threadpool")
-
-
-def _runs_ahead(model: list[ModelNode], injected: bool) -> str | None:
-    """The name of the output's model node that makes elements ahead of the consumer (past
-    take, repeat and the like), or None: TensorFlow injects no prefetch after such a node, and
-    writing one after it adds a buffer but no overlap."""
-    if injected:
-        return "Prefetch"
-    for node in model:
-        kind = op_kind(node.name)
-        if kind in _AHEAD_KINDS:
-            return node.name
-        if kind not in _PASSING:
-            return None
-    return None
-
-
 # TensorFlow's static fusions: the model's node, the graph's stage it stands for, and the
 # stage below that runs inside it (map_and_batch_fusion, shuffle_and_repeat_fusion)
 _FUSIONS = (("mapandbatch", ("batch", "parallelbatch"), ("map", "parallelmap")),
@@ -195,3 +173,25 @@ def _matches(model_kind: str, graph_kind: str) -> bool:
     # ForeverRepeat ~ Repeat, MemoryCache ~ Cache, ParallelMap ~ Map (map_parallelization),
     # ParallelBatch ~ Batch (parallel_batch)
     return model_kind == graph_kind or model_kind.endswith(graph_kind)
+
+
+# The kinds (op_kind) of the model's nodes that run ahead of their consumer, and of those that
+# pass elements through as they come (advice.PASS_THROUGH; the model names a repeat() whose
+# count is -1 ForeverRepeat)
+_AHEAD_KINDS = frozenset(op_kind(op) for op in (*_ASYNCHRONOUS, "LegacyParallelInterleaveDataset"))
+_PASSING_KINDS = frozenset(op_kind(op) for op in (*PASS_THROUGH, "ForeverRepeatDataset"))
+
+
+def _runs_ahead(model: list[ModelNode], injected: bool) -> str | None:
+    """The name of the output's model node that makes elements ahead of the consumer (past
+    take, repeat and the like), or None: TensorFlow injects no prefetch after such a node, and
+    writing one after it adds a buffer but no overlap."""
+    if injected:
+        return "Prefetch"
+    for node in model:
+        kind = op_kind(node.name)
+        if kind in _AHEAD_KINDS:
+            return node.name
+        if kind not in _PASSING_KINDS:
+            return None
+    return None
