@@ -5,7 +5,8 @@
 # Two runs. First every test not marked `alone`, on all cores (pytest-xdist: most tests wait on
 # TensorFlow's start-up, child processes and files; in one process the suite took 854 s on 2
 # cores). Then the `alone` tests by themselves, in one process: they assert what measured rates
-# show, or catch a real process at a moment, and a test running beside them shifts both.
+# show, catch a real process at a moment, or train across worker processes whose heartbeats
+# must arrive in time, and a test running beside them upsets all three.
 # TFOPT_TEST_WORKERS sets the first run's process count (default: the cores; 1: one process).
 set -euo pipefail
 source "$(dirname "$0")/_venv.sh"
