@@ -258,7 +258,8 @@ def epoch_times(datasets: dict, order: list[str], case: Case, seconds: float) ->
     return {name: (first[name], later[name]) for name in order}
 
 
-def run_case(case: Case, rounds: int, seconds: float, measure_s: float) -> dict:
+def run_case(case: Case, rounds: int, seconds: float, measure_s: float,
+             autotune: bool = True) -> dict:
     """Each pipeline's rate over all its timed epochs: examples over seconds, summed over the
     rounds: epoch 1 and the later epochs apart where the guide or optimize caches (epoch 1
     fills the cache), else over all epochs.
@@ -267,6 +268,10 @@ def run_case(case: Case, rounds: int, seconds: float, measure_s: float) -> dict:
     autotuning, see the README), and a median of a few lands on either; the sum is the rate a
     training run of many epochs gets. Where optimize returns the very object it was given,
     that pipeline is the original: it is not timed again, and its rates are the original's.
+
+    ``autotune=False`` times every pipeline with tf.data's autotuning off (AUTOTUNE then means
+    fixed defaults): the rewrites compared without the slow epochs autotuning brings here.
+    optimize still analyses with it on (the analysis reads the autotuning model).
     """
     # "again": the original pipeline built a second time and timed beside the first, the run's
     # noise floor (the ratio a pipeline gets against itself here)
@@ -289,6 +294,10 @@ def run_case(case: Case, rounds: int, seconds: float, measure_s: float) -> dict:
         unchanged.append(result.dataset is given)
         if not unchanged[-1]:
             datasets["optimize"] = result.dataset
+        if not autotune:
+            off = tf.data.Options()
+            off.autotune.enabled = False
+            datasets = {name: dataset.with_options(off) for name, dataset in datasets.items()}
         order = list(datasets)
         order = order[round_ % len(order):] + order[:round_ % len(order)]
         for name, (first, later) in epoch_times(datasets, order, case, measure_s).items():
@@ -323,6 +332,9 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=8.0, help="optimize's budget")
     parser.add_argument("--measure", type=float, default=3.0,
                         help="seconds of whole epochs per pipeline and round")
+    parser.add_argument("--autotune-off", action="store_true",
+                        help="time every pipeline with tf.data's autotuning off (optimize "
+                        "still analyses with it on)")
     parser.add_argument("--only", help="run the cases whose name or data contain one of "
                         "these comma-separated words")
     args = parser.parse_args(argv)
@@ -335,7 +347,8 @@ def main(argv=None) -> int:
         if args.only and not any(word in case.name or word in case.data
                                  for word in args.only.split(",")):
             continue
-        out = run_case(case, args.rounds, args.seconds, args.measure)
+        out = run_case(case, args.rounds, args.seconds, args.measure,
+                       autotune=not args.autotune_off)
         named = ", ".join(sorted(set(out["bottlenecks"])))
         same = ("1.00x (the original itself)" if out["unchanged"] == args.rounds else
                 ratio(out["optimize"], out["original"])
@@ -354,7 +367,8 @@ def main(argv=None) -> int:
           f"examples over seconds, summed. 'original again' is the original built a second "
           f"time and timed beside it: how far two runs of one pipeline differ here. Where "
           f"optimize returned the original itself it is not timed apart. "
-          f"TensorFlow {tf.__version__}, "
+          + ("Autotuning off in every timed pipeline. " if args.autotune_off else "")
+          + f"TensorFlow {tf.__version__}, "
           f"{os.cpu_count()} CPUs.")
     return 0
 

@@ -220,6 +220,29 @@ def test_a_cache_is_added_below_the_random_stage_and_measured_from_its_second_pa
     assert first == [b.shape for b in dataset.as_numpy_iterator()]
 
 
+def test_the_cache_lands_where_the_guide_puts_it_node_for_node():
+    # the benchmark's "decode every epoch" rows: optimize's output must be the guide's recipe
+    # (cache right after the deterministic work, below the shuffle and the random map), so
+    # that any gap between the two measured rates is the machine's, not the rewrite's
+    def pipeline(cache):
+        work = tf.data.Dataset.range(160).map(slow, num_parallel_calls=AUTOTUNE, name="work")
+        if cache:
+            work = work.cache()
+        return (work.shuffle(160).batch(8)
+                .map(lambda b: b + tf.random.uniform([8]), name="jitter").prefetch(AUTOTUNE))
+
+    def datasets_ops(dataset):
+        from tfopt.analysis import tfapi
+
+        return [node.op for node in tfapi.serialize(dataset).node
+                if "Dataset" in node.op and node.op != "OptionsDataset"]
+
+    result = tfopt.optimize_with_report(pipeline(cache=False), seconds=3.0, cores=2)
+    assert [(c.kind, c.stage) for c in result.changes] == [("cache", "work")], result.describe()
+    assert datasets_ops(result.dataset) == datasets_ops(pipeline(cache=True))
+    assert "CacheDatasetV2" in datasets_ops(result.dataset)
+
+
 def test_keras_fits_an_optimised_dataset():
     features = tf.data.Dataset.from_tensor_slices(
         (np.random.default_rng(0).random((64, 4), dtype=np.float32),
