@@ -11,6 +11,7 @@ from analysis_helpers import slow, tf
 import tfopt
 from tfopt.analysis import analyze as analyze_module
 from tfopt.analysis import optimize as optimize_module
+from tfopt.analysis import tfapi
 from tfopt.errors import UnsupportedDatasetError
 
 # the analysis's verdicts rest on measured rates: no other test beside them (scripts/test.sh)
@@ -55,8 +56,6 @@ def forced(dataset, kinds_and_stages):
     graph = optimize_module.rewritten_graph(found.graph_def, optimize_module.stage_nodes(found),
                                             changes)
     graph = optimize_module._fresh(graph)
-    from tfopt.analysis import tfapi
-
     return tfapi.rebuild(graph, dataset.element_spec).with_options(dataset.options()), graph
 
 
@@ -232,8 +231,6 @@ def test_the_cache_lands_where_the_guide_puts_it_node_for_node():
                 .map(lambda b: b + tf.random.uniform([8]), name="jitter").prefetch(AUTOTUNE))
 
     def datasets_ops(dataset):
-        from tfopt.analysis import tfapi
-
         return [node.op for node in tfapi.serialize(dataset).node
                 if "Dataset" in node.op and node.op != "OptionsDataset"]
 
