@@ -116,8 +116,14 @@ def whole_passes(dataset, seconds: float, skip: int = 0, clock=time.perf_counter
     elements, spent = (0, 0.0) if first is None else (first.total, first.wall)
     while spent < seconds or elements == 0:
         start = clock()
-        count = _to_end(iter(dataset))
+        iterator = iter(dataset)
+        count = _to_end(iterator)
         spent += clock() - start
+        # released after the clock stops: with autotuning on, TensorFlow (2.21 here) now and
+        # then blocks an iterator's release until its tuning thread's current sleep ends (the
+        # sleeps double from 10 ms to 60 s), a stall of up to the pass's own length that says
+        # nothing of the pipeline: one unchanged pass took 3.3 s or 5.14 s to release
+        del iterator
         elements += count
         if count == 0:
             break
