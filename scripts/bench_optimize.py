@@ -12,12 +12,15 @@ original twice (the second, "again", is the run's noise floor), the guide's reci
 optimize's. It times whole epochs of each, every one from a new iterator drained in-graph to its
 end, the pipelines taking turns (a share of the time each) in an order that rotates with the
 round; the table has each pipeline's examples over seconds, summed over every timed epoch.
+Where a pipeline caches, epoch 1 (it fills the cache) is reported apart, and each round times
+--first-epochs more first epochs of every pipeline, each built anew, in alternating turns.
 ``optimize`` is called once per round on a fresh copy; its time is in the table.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
 import os
 import random
@@ -36,7 +39,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import tfopt  # noqa: E402
-from tfopt.analysis import measure  # noqa: E402
+from tfopt.analysis import graph as graph_module  # noqa: E402
+from tfopt.analysis import measure, tfapi  # noqa: E402
 
 AUTOTUNE = tf.data.AUTOTUNE
 SIZE = 224
@@ -228,6 +232,24 @@ def cases(data) -> list[Case]:
 
 # ---- measuring -------------------------------------------------------------------------------
 
+def timed_epoch(dataset, case: Case) -> float:
+    """Seconds for one epoch of ``dataset`` from a new iterator, drained in-graph to its end
+    (a cached pipeline's first such epoch fills its cache)."""
+    batches = -(-case.examples // BATCH)  # an epoch's batches, the last one partial
+    measured = measure.whole_passes(dataset, 0.0)
+    if measured.elements != batches:
+        raise RuntimeError(f"{case.name} ({case.data}): an epoch gave {measured.elements} "
+                           f"batches, expected {batches}")
+    return measured.seconds
+
+
+def rebuilt(dataset):
+    """``dataset`` rebuilt from its graph with caches of its own (empty) and its options."""
+    graph = tfapi.serialize(dataset)
+    graph_module.fresh_resources(graph)
+    return tfapi.rebuild(graph, dataset.element_spec).with_options(dataset.options())
+
+
 def epoch_times(datasets: dict, order: list[str], case: Case, seconds: float) -> dict:
     """Whole epochs of each dataset, every one from a new iterator drained in-graph to its end:
     for each name, (its first epoch's seconds, [the later epochs' seconds]). The first epoch
@@ -238,28 +260,19 @@ def epoch_times(datasets: dict, order: list[str], case: Case, seconds: float) ->
     an epoch now and then runs at half speed (seen in single passes of one unchanged pipeline,
     23 against 47 ex/s), and a slow spell then falls on all of them rather than on one.
     """
-    batches = -(-case.examples // BATCH)  # an epoch's batches, the last one partial
-
-    def one_epoch(dataset) -> float:
-        measured = measure.whole_passes(dataset, 0.0)
-        if measured.elements != batches:
-            raise RuntimeError(f"{case.name} ({case.data}): an epoch gave {measured.elements} "
-                               f"batches, expected {batches}")
-        return measured.seconds
-
-    first = {name: one_epoch(datasets[name]) for name in order}
+    first = {name: timed_epoch(datasets[name], case) for name in order}
     later = {name: [] for name in order}
     # in SLICES turns, each runs epochs until it has spent its share of the time so far: a
     # cached pipeline's 50-ms epochs must not make an uncached one's 3-s epochs run 60 times
     for turn in range(1, SLICES + 1):
         for name in order:
             while sum(later[name]) < seconds * turn / SLICES or not later[name]:
-                later[name].append(one_epoch(datasets[name]))
+                later[name].append(timed_epoch(datasets[name], case))
     return {name: (first[name], later[name]) for name in order}
 
 
 def run_case(case: Case, rounds: int, seconds: float, measure_s: float,
-             autotune: bool = True) -> dict:
+             autotune: bool = True, first_epochs: int = 0) -> dict:
     """Each pipeline's rate over all its timed epochs: examples over seconds, summed over the
     rounds: epoch 1 and the later epochs apart where the guide or optimize caches (epoch 1
     fills the cache), else over all epochs.
@@ -272,6 +285,11 @@ def run_case(case: Case, rounds: int, seconds: float, measure_s: float,
     ``autotune=False`` times every pipeline with tf.data's autotuning off (AUTOTUNE then means
     fixed defaults): the rewrites compared without the slow epochs autotuning brings here.
     optimize still analyses with it on (the analysis reads the autotuning model).
+
+    ``first_epochs``: where a pipeline caches, each round then times that many more first
+    epochs of every pipeline, each built anew (an empty cache), in turns close in time: one
+    first epoch per round is too few to tell 5 % apart on this VM, where whole rounds run slow
+    together (one unchanged pipeline's first epoch took 3.3 to 9.6 s over six rounds).
     """
     # "again": the original pipeline built a second time and timed beside the first, the run's
     # noise floor (the ratio a pipeline gets against itself here)
@@ -280,6 +298,8 @@ def run_case(case: Case, rounds: int, seconds: float, measure_s: float,
     laters = {name: [] for name in names}
     bottlenecks, analyse_s, optimize_s, changes = [], [], [], set()
     unchanged = []
+    off = tf.data.Options()
+    off.autotune.enabled = False
     for round_ in range(rounds):
         datasets = {"original": case.original(), "again": case.original()}
         if case.tuned is not None:
@@ -295,14 +315,25 @@ def run_case(case: Case, rounds: int, seconds: float, measure_s: float,
         if not unchanged[-1]:
             datasets["optimize"] = result.dataset
         if not autotune:
-            off = tf.data.Options()
-            off.autotune.enabled = False
             datasets = {name: dataset.with_options(off) for name, dataset in datasets.items()}
         order = list(datasets)
         order = order[round_ % len(order):] + order[:round_ % len(order)]
         for name, (first, later) in epoch_times(datasets, order, case, measure_s).items():
             firsts[name].append(first)
             laters[name].extend(later)
+        if case.cached or any(c.kind == "cache" for c in result.changes):
+            fresh = {"original": case.original, "again": case.original, "tuned": case.tuned,
+                     "optimize": functools.partial(rebuilt, datasets.get("optimize"))}
+            for turn in range(first_epochs):
+                # every turn builds each pipeline anew, so every one of these epochs fills a
+                # new cache; the turns take the pipelines in alternate orders, close in time
+                turn_order = order if turn % 2 else order[::-1]
+                built = {name: fresh[name]() for name in turn_order}
+                if not autotune:
+                    built = {name: dataset.with_options(off) for name, dataset in built.items()}
+                for name in turn_order:
+                    firsts[name].append(timed_epoch(built[name], case))
+                del built
         del datasets, result, given
     cached = case.cached or any(change.startswith("cache(") for change in changes)
 
@@ -332,6 +363,9 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=8.0, help="optimize's budget")
     parser.add_argument("--measure", type=float, default=3.0,
                         help="seconds of whole epochs per pipeline and round")
+    parser.add_argument("--first-epochs", type=int, default=4,
+                        help="more first epochs per round where a pipeline caches, every "
+                        "pipeline built anew for each")
     parser.add_argument("--autotune-off", action="store_true",
                         help="time every pipeline with tf.data's autotuning off (optimize "
                         "still analyses with it on)")
@@ -348,7 +382,7 @@ def main(argv=None) -> int:
                                  for word in args.only.split(",")):
             continue
         out = run_case(case, args.rounds, args.seconds, args.measure,
-                       autotune=not args.autotune_off)
+                       autotune=not args.autotune_off, first_epochs=args.first_epochs)
         named = ", ".join(sorted(set(out["bottlenecks"])))
         same = ("1.00x (the original itself)" if out["unchanged"] == args.rounds else
                 ratio(out["optimize"], out["original"])
@@ -362,7 +396,9 @@ def main(argv=None) -> int:
               f"{same} | {tuned} | "
               f"{ratio(out['again'], out['original'])} | {out['analyse_s']:.1f} | {out['optimize_s']:.1f} |", flush=True)
     print(f"\nRows with two figures (the guide or optimize caches): epoch 1, which fills the "
-          f"cache / the later epochs. Rates over {args.rounds} rounds of "
+          f"cache (every pipeline built anew {1 + args.first_epochs} times a round, its "
+          f"first epochs alternating with the others') / the later epochs. Rates over "
+          f"{args.rounds} rounds of "
           f"at least {args.measure:g} s of whole epochs each, the pipelines taking turns: "
           f"examples over seconds, summed. 'original again' is the original built a second "
           f"time and timed beside it: how far two runs of one pipeline differ here. Where "
