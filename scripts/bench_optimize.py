@@ -277,19 +277,18 @@ def run_case(case: Case, rounds: int, seconds: float, measure_s: float,
     rounds: epoch 1 and the later epochs apart where the guide or optimize caches (epoch 1
     fills the cache), else over all epochs.
 
-    Summed, not a median of epochs: one pipeline's epochs here fall into two levels (tf.data's
-    autotuning, see the README), and a median of a few lands on either; the sum is the rate a
-    training run of many epochs gets. Where optimize returns the very object it was given,
+    Summed, not a median of epochs: the sum is the rate a training run of many epochs gets.
+    Each epoch is timed to its last element: its iterator's release, which autotuning now and
+    then holds for seconds (README, "An epoch's end"), is left out (measure.whole_passes). Where optimize returns the very object it was given,
     that pipeline is the original: it is not timed again, and its rates are the original's.
 
     ``autotune=False`` times every pipeline with tf.data's autotuning off (AUTOTUNE then means
-    fixed defaults): the rewrites compared without the slow epochs autotuning brings here.
+    fixed defaults): the rewrites compared without autotuning's own choices.
     optimize still analyses with it on (the analysis reads the autotuning model).
 
     ``first_epochs``: where a pipeline caches, each round then times that many more first
     epochs of every pipeline, each built anew (an empty cache), in turns close in time: one
-    first epoch per round is too few to tell 5 % apart on this VM, where whole rounds run slow
-    together (one unchanged pipeline's first epoch took 3.3 to 9.6 s over six rounds).
+    first epoch per round is too few to tell 5 % apart on this VM.
     """
     # "again": the original pipeline built a second time and timed beside the first, the run's
     # noise floor (the ratio a pipeline gets against itself here)
