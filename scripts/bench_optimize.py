@@ -279,8 +279,9 @@ def run_case(case: Case, rounds: int, seconds: float, measure_s: float,
 
     Summed, not a median of epochs: the sum is the rate a training run of many epochs gets.
     Each epoch is timed to its last element: its iterator's release, which autotuning now and
-    then holds for seconds (README, "An epoch's end"), is left out (measure.whole_passes). Where optimize returns the very object it was given,
-    that pipeline is the original: it is not timed again, and its rates are the original's.
+    then holds for seconds (README, "An epoch's end"), is left out (measure.whole_passes).
+    Where optimize returns the very object it was given, that pipeline is the original: it is
+    not timed again, and its rates are the original's.
 
     ``autotune=False`` times every pipeline with tf.data's autotuning off (AUTOTUNE then means
     fixed defaults): the rewrites compared without autotuning's own choices.
@@ -299,6 +300,9 @@ def run_case(case: Case, rounds: int, seconds: float, measure_s: float,
     unchanged = []
     off = tf.data.Options()
     off.autotune.enabled = False
+
+    def as_timed(built: dict) -> dict:  # the pipelines as they are timed (--autotune-off)
+        return built if autotune else {name: d.with_options(off) for name, d in built.items()}
     for round_ in range(rounds):
         datasets = {"original": case.original(), "again": case.original()}
         if case.tuned is not None:
@@ -313,8 +317,7 @@ def run_case(case: Case, rounds: int, seconds: float, measure_s: float,
         unchanged.append(result.dataset is given)
         if not unchanged[-1]:
             datasets["optimize"] = result.dataset
-        if not autotune:
-            datasets = {name: dataset.with_options(off) for name, dataset in datasets.items()}
+        datasets = as_timed(datasets)
         order = list(datasets)
         order = order[round_ % len(order):] + order[:round_ % len(order)]
         for name, (first, later) in epoch_times(datasets, order, case, measure_s).items():
@@ -327,9 +330,7 @@ def run_case(case: Case, rounds: int, seconds: float, measure_s: float,
                 # every turn builds each pipeline anew, so every one of these epochs fills a
                 # new cache; the turns take the pipelines in alternate orders, close in time
                 turn_order = order if turn % 2 else order[::-1]
-                built = {name: fresh[name]() for name in turn_order}
-                if not autotune:
-                    built = {name: dataset.with_options(off) for name, dataset in built.items()}
+                built = as_timed({name: fresh[name]() for name in turn_order})
                 for name in turn_order:
                     firsts[name].append(timed_epoch(built[name], case))
                 del built

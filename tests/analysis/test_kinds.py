@@ -198,8 +198,9 @@ def _uneven(x):
     def wait():
         one = tf.data.Dataset.from_tensors(x)
         slept = tf.raw_ops.SleepDataset(
-            input_dataset=tf.data.experimental.to_variant(one), sleep_microseconds=tf.constant(30000, tf.int64),
-            output_types=[tf.int64], output_shapes=[[]])
+            input_dataset=tf.data.experimental.to_variant(one),
+            sleep_microseconds=tf.constant(30000, tf.int64), output_types=[tf.int64],
+            output_shapes=[[]])
         return tf.data.experimental.from_variant(slept, one.element_spec).get_single_element()
 
     return tf.cond(x % 16 == 0, wait, lambda: x)
