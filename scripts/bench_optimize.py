@@ -12,8 +12,10 @@ original twice (the second, "again", is the run's noise floor), the guide's reci
 optimize's. It times whole epochs of each, every one from a new iterator drained in-graph to its
 end, the pipelines taking turns (a share of the time each) in an order that rotates with the
 round; the table has each pipeline's examples over seconds, summed over every timed epoch.
-Where a pipeline caches, epoch 1 (it fills the cache) is reported apart, and each round times
---first-epochs more first epochs of every pipeline, each built anew, in alternating turns.
+Where a pipeline caches, epoch 1 (it fills the cache) is reported apart, timed the way a
+training script meets it: each in a new Python process (--first-epochs per pipeline, in
+alternating turns) that first calls optimize on the original, as a user would, whichever
+pipeline it then times, so that every timed first epoch follows the same history.
 ``optimize`` is called once per round on a fresh copy; its time is in the table.
 """
 
@@ -22,9 +24,11 @@ from __future__ import annotations
 import argparse
 import functools
 import glob
+import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -39,8 +43,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import tfopt  # noqa: E402
-from tfopt.analysis import graph as graph_module  # noqa: E402
-from tfopt.analysis import measure, tfapi  # noqa: E402
+from tfopt.analysis import measure  # noqa: E402
 
 AUTOTUNE = tf.data.AUTOTUNE
 SIZE = 224
@@ -243,13 +246,6 @@ def timed_epoch(dataset, case: Case) -> float:
     return measured.seconds
 
 
-def rebuilt(dataset):
-    """``dataset`` rebuilt from its graph with caches of its own (empty) and its options."""
-    graph = tfapi.serialize(dataset)
-    graph_module.fresh_resources(graph)
-    return tfapi.rebuild(graph, dataset.element_spec).with_options(dataset.options())
-
-
 def epoch_times(datasets: dict, order: list[str], case: Case, seconds: float) -> dict:
     """Whole epochs of each dataset, every one from a new iterator drained in-graph to its end:
     for each name, (its first epoch's seconds, [the later epochs' seconds]). The first epoch
@@ -271,8 +267,48 @@ def epoch_times(datasets: dict, order: list[str], case: Case, seconds: float) ->
     return {name: (first[name], later[name]) for name in order}
 
 
+def timed_as(dataset, autotune: bool):
+    """``dataset`` as the bench times it: with tf.data's autotuning off where asked."""
+    if autotune:
+        return dataset
+    off = tf.data.Options()
+    off.autotune.enabled = False
+    return dataset.with_options(off)
+
+
+def first_epoch_here(case: Case, name: str, seconds: float, autotune: bool) -> float:
+    """One first epoch of pipeline ``name``, in this (new) process, as a training script meets
+    it: the script calls optimize on its pipeline, then trains. Every process calls optimize on
+    the original, whichever pipeline it then times, so that each timed first epoch follows the
+    same history: the analysis has already started TensorFlow's threads and grown the memory
+    allocator's heap, which a first epoch in a fresh process otherwise pays for."""
+    result = tfopt.optimize_with_report(case.original(), seconds=seconds)
+    dataset = {"original": case.original, "again": case.original, "tuned": case.tuned,
+               "optimize": lambda: result.dataset}[name]()
+    return timed_epoch(timed_as(dataset, autotune), case)
+
+
+def first_epochs_in_new_processes(work: Path, index: int, names: list[str], count: int,
+                                  seconds: float, autotune: bool) -> dict[str, list[float]]:
+    """``count`` first epochs of each pipeline, each in a new Python process running this
+    script (first_epoch_here), the pipelines taking turns in alternating order."""
+    firsts = {name: [] for name in names}
+    for turn in range(count):
+        for name in names if turn % 2 == 0 else names[::-1]:
+            command = [sys.executable, __file__, "--work", str(work), "--seconds", str(seconds),
+                       "--first-epoch-of", str(index), name]
+            if not autotune:
+                command.append("--autotune-off")
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(f"the first epoch of {name} in a new process failed "
+                                   f"(exit {done.returncode}):\n{done.stderr[-3000:]}")
+            firsts[name].append(json.loads(done.stdout.strip().splitlines()[-1])["seconds"])
+    return firsts
+
+
 def run_case(case: Case, rounds: int, seconds: float, measure_s: float,
-             autotune: bool = True, first_epochs: int = 0) -> dict:
+             autotune: bool = True, first_epochs=None) -> dict:
     """Each pipeline's rate over all its timed epochs: examples over seconds, summed over the
     rounds: epoch 1 and the later epochs apart where the guide or optimize caches (epoch 1
     fills the cache), else over all epochs.
@@ -287,9 +323,12 @@ def run_case(case: Case, rounds: int, seconds: float, measure_s: float,
     fixed defaults): the rewrites compared without autotuning's own choices.
     optimize still analyses with it on (the analysis reads the autotuning model).
 
-    ``first_epochs``: where a pipeline caches, each round then times that many more first
-    epochs of every pipeline, each built anew (an empty cache), in turns close in time: one
-    first epoch per round is too few to tell 5 % apart on this VM.
+    ``first_epochs``: where a pipeline caches, ``first_epochs(names)`` gives each pipeline's
+    first epochs timed in new processes (first_epochs_in_new_processes), and those are its
+    epoch-1 figure. A first epoch inside this long-running process depends on what came before
+    it: where earlier pipelines' caches left freed memory behind, a cache fills at no cost;
+    where not, the fill's page faults cost about 0.5 s per GB on this VM. Without it, the
+    rounds' own first epochs are used.
     """
     # "again": the original pipeline built a second time and timed beside the first, the run's
     # noise floor (the ratio a pipeline gets against itself here)
@@ -298,11 +337,6 @@ def run_case(case: Case, rounds: int, seconds: float, measure_s: float,
     laters = {name: [] for name in names}
     bottlenecks, analyse_s, optimize_s, changes = [], [], [], set()
     unchanged = []
-    off = tf.data.Options()
-    off.autotune.enabled = False
-
-    def as_timed(built: dict) -> dict:  # the pipelines as they are timed (--autotune-off)
-        return built if autotune else {name: d.with_options(off) for name, d in built.items()}
     for round_ in range(rounds):
         datasets = {"original": case.original(), "again": case.original()}
         if case.tuned is not None:
@@ -317,25 +351,16 @@ def run_case(case: Case, rounds: int, seconds: float, measure_s: float,
         unchanged.append(result.dataset is given)
         if not unchanged[-1]:
             datasets["optimize"] = result.dataset
-        datasets = as_timed(datasets)
+        datasets = {name: timed_as(dataset, autotune) for name, dataset in datasets.items()}
         order = list(datasets)
         order = order[round_ % len(order):] + order[:round_ % len(order)]
         for name, (first, later) in epoch_times(datasets, order, case, measure_s).items():
             firsts[name].append(first)
             laters[name].extend(later)
-        if case.cached or any(c.kind == "cache" for c in result.changes):
-            fresh = {"original": case.original, "again": case.original, "tuned": case.tuned,
-                     "optimize": functools.partial(rebuilt, datasets.get("optimize"))}
-            for turn in range(first_epochs):
-                # every turn builds each pipeline anew, so every one of these epochs fills a
-                # new cache; the turns take the pipelines in alternate orders, close in time
-                turn_order = order if turn % 2 else order[::-1]
-                built = as_timed({name: fresh[name]() for name in turn_order})
-                for name in turn_order:
-                    firsts[name].append(timed_epoch(built[name], case))
-                del built
         del datasets, result, given
     cached = case.cached or any(change.startswith("cache(") for change in changes)
+    if cached and first_epochs is not None:
+        firsts = first_epochs([name for name in names if laters[name]])
 
     def rate(epochs: list[float]) -> float:
         return case.examples * len(epochs) / sum(epochs)
@@ -363,26 +388,41 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=8.0, help="optimize's budget")
     parser.add_argument("--measure", type=float, default=3.0,
                         help="seconds of whole epochs per pipeline and round")
-    parser.add_argument("--first-epochs", type=int, default=4,
-                        help="more first epochs per round where a pipeline caches, every "
-                        "pipeline built anew for each")
+    parser.add_argument("--first-epochs", type=int, default=6,
+                        help="where a pipeline caches: its first epochs timed, each in a new "
+                        "process (0: the rounds' own first epochs instead)")
     parser.add_argument("--autotune-off", action="store_true",
                         help="time every pipeline with tf.data's autotuning off (optimize "
                         "still analyses with it on)")
     parser.add_argument("--only", help="run the cases whose name or data contain one of "
                         "these comma-separated words")
+    # the child process behind --first-epochs: one first epoch of one pipeline, printed as JSON
+    parser.add_argument("--first-epoch-of", nargs=2, metavar=("CASE", "PIPELINE"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     data = make_data(args.work)
+    every_case = cases(data)
+    if args.first_epoch_of:
+        index, name = args.first_epoch_of
+        seconds = first_epoch_here(every_case[int(index)], name, args.seconds,
+                                   autotune=not args.autotune_off)
+        print(json.dumps({"seconds": seconds}))
+        return 0
     print("| pipeline | data | bottleneck named (expected) | optimize: changes | "
           "original ex/s | optimize / original | optimize / guide | original again / original "
           "| analyse s | optimize s |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for case in cases(data):
+    for index, case in enumerate(every_case):
         if args.only and not any(word in case.name or word in case.data
                                  for word in args.only.split(",")):
             continue
+        first_epochs = None
+        if args.first_epochs:
+            first_epochs = functools.partial(
+                first_epochs_in_new_processes, args.work, index, count=args.first_epochs,
+                seconds=args.seconds, autotune=not args.autotune_off)
         out = run_case(case, args.rounds, args.seconds, args.measure,
-                       autotune=not args.autotune_off, first_epochs=args.first_epochs)
+                       autotune=not args.autotune_off, first_epochs=first_epochs)
         named = ", ".join(sorted(set(out["bottlenecks"])))
         same = ("1.00x (the original itself)" if out["unchanged"] == args.rounds else
                 ratio(out["optimize"], out["original"])
@@ -392,13 +432,14 @@ def main(argv=None) -> int:
         original = " / ".join(f"{r:,.0f}" for r in out["original"])
         tuned = ratio(out["optimize"], out["tuned"]) if "tuned" in out else "no safe rewrite"
         print(f"| {case.name} | {case.data} | {named} ({mark}) | "
-              f"{', '.join(out['changes']) or 'none'} | {original} | "
-              f"{same} | {tuned} | "
-              f"{ratio(out['again'], out['original'])} | {out['analyse_s']:.1f} | {out['optimize_s']:.1f} |", flush=True)
+              f"{', '.join(out['changes']) or 'none'} | {original} | {same} | {tuned} | "
+              f"{ratio(out['again'], out['original'])} | {out['analyse_s']:.1f} | "
+              f"{out['optimize_s']:.1f} |", flush=True)
+    first = (f"{args.first_epochs} first epochs per pipeline, each in a new process that "
+             f"first calls optimize on the original, as a training script would"
+             if args.first_epochs else f"{args.rounds} first epochs per pipeline")
     print(f"\nRows with two figures (the guide or optimize caches): epoch 1, which fills the "
-          f"cache (every pipeline built anew {1 + args.first_epochs} times a round, its "
-          f"first epochs alternating with the others') / the later epochs. Rates over "
-          f"{args.rounds} rounds of "
+          f"cache ({first}) / the later epochs. Rates over {args.rounds} rounds of "
           f"at least {args.measure:g} s of whole epochs each, the pipelines taking turns: "
           f"examples over seconds, summed. 'original again' is the original built a second "
           f"time and timed beside it: how far two runs of one pipeline differ here. Where "
