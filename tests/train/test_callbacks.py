@@ -311,3 +311,49 @@ def test_a_fit_of_less_than_one_pass_of_a_cached_pipeline_is_warned_once(tf, tmp
     assert line.startswith("this fit (2 steps per epoch x 2 epochs) reads 4 batches of 4")
     assert builder.partial_pass_note(4) in line and "cache=False" in line
     assert warnings_of_fit(3, 2) == []  # 24 examples: the pass ends in the second epoch
+
+
+class _HoldsEpochStart(keras.callbacks.Callback):
+    """Sleeps in on_epoch_begin from the second epoch on: after InputStallCallback's hook, so
+    it stands for a slow iterator release between the epoch's start and its first batch."""
+
+    def __init__(self, seconds):
+        super().__init__()
+        self.seconds = seconds
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch > 0:
+            time.sleep(self.seconds)
+
+
+def _epoch_start_warnings(caplog):
+    return [r for r in caplog.records if "before its first batch" in r.message]
+
+
+def test_a_slow_epoch_start_is_logged_and_advised_once_as_a_warning(tf, caplog):
+    probe = InputProbe()
+    stall = InputStallCallback(probe)
+    data = probe.instrument(dataset(tf, n=64))  # 2 steps: short epochs, 0.6 s is most of one
+    with caplog.at_level(logging.INFO, logger="tfopt"):
+        history = model().fit(data, epochs=3, verbose=0,
+                              callbacks=[stall, _HoldsEpochStart(0.6)])
+    first, second, third = history.history["epoch_start_seconds"]
+    assert first < 0.5 and second >= 0.6 and third >= 0.6
+    warned, later = _epoch_start_warnings(caplog)
+    assert (warned.levelno, later.levelno) == (logging.WARNING, logging.INFO)
+    assert warned.message.startswith(f"epoch 2 waited {second:.1f} s")
+    assert "fit(dataset.repeat(), steps_per_epoch=2, ...)" in warned.message
+    assert later.message.startswith("epoch 3 waited")
+
+
+def test_epochs_that_start_at_once_get_no_epoch_start_advice(tf, caplog):
+    off = tf.data.Options()
+    off.autotune.enabled = False  # no autotuning thread: the release is never held
+    probe = InputProbe()
+    stall = InputStallCallback(probe)
+    with caplog.at_level(logging.INFO, logger="tfopt"):
+        history = model().fit(probe.instrument(dataset(tf, n=64).with_options(off)), epochs=3,
+                              verbose=0, callbacks=[stall])
+    assert len(history.history["epoch_start_seconds"]) == 3
+    assert max(history.history["epoch_start_seconds"]) < 0.5
+    assert _epoch_start_warnings(caplog) == []

@@ -8,6 +8,7 @@ import pytest
 
 from tfopt.errors import InvalidArgumentError
 from tfopt.train.timing import (
+    EpochStartClock,
     InputBound,
     StallMeter,
     StepTimer,
@@ -193,3 +194,31 @@ def test_stall_meter_new_epoch_resets_and_empty_epoch_is_nan():
     assert math.isnan(meter.summary().input_bound_percent)
     run_calls(meter, clock, [(7.0, 1.0, 1)])  # the gap from the previous epoch is not counted
     assert meter.summary().input_bound_percent == 0.0
+
+
+def test_epoch_start_is_the_time_to_the_first_batch_call_and_slow_needs_both_thresholds():
+    clock = FakeClock()
+    starts = EpochStartClock(clock)
+    assert starts.end_epoch() is None  # never started
+    starts.start_epoch()
+    clock.tick(0.75)
+    starts.batch_begins()
+    clock.tick(1.0)
+    starts.batch_begins()  # only the first call of the epoch counts
+    clock.tick(8.25)
+    start = starts.end_epoch()
+    assert (start.seconds, start.epoch_seconds, start.share) == (0.75, 10.0, 0.075)
+    assert start.slow
+    starts.start_epoch()
+    clock.tick(0.75)
+    starts.batch_begins()
+    clock.tick(19.25)
+    assert not starts.end_epoch().slow  # 0.75 s of a 20-s epoch: under 5 %
+    starts.start_epoch()
+    clock.tick(0.4)
+    starts.batch_begins()
+    clock.tick(0.6)
+    assert not starts.end_epoch().slow  # 40 % of the epoch, but under half a second
+    starts.start_epoch()
+    clock.tick(1.0)
+    assert starts.end_epoch() is None  # an epoch without a batch call has no start to time

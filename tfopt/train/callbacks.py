@@ -33,6 +33,8 @@ from tfopt._validate import optional_whole_number
 from tfopt.gpu.sampler import GpuSampler, GpuStats
 from tfopt.train.timing import (
     DEFAULT_WARMUP_STEPS,
+    EpochStart,
+    EpochStartClock,
     InputBound,
     StallMeter,
     StepTimer,
@@ -209,7 +211,12 @@ class InputStallCallback(keras.callbacks.Callback):
     one warning says so.
 
     Logs keys: ``input_bound_percent``, ``input_wait_seconds``, ``compute_seconds`` (calls
-    minus input waits), ``step_gap_seconds`` (between calls: loop and callback overhead).
+    minus input waits), ``step_gap_seconds`` (between calls: loop and callback overhead),
+    ``epoch_start_seconds`` (from the epoch's start to its first batch call: where Keras opens
+    a finite dataset's iterator for the epoch and releases the last one). From the second epoch
+    of a fit, a start of at least 0.5 s and 5 % of the epoch is logged with the fix (one
+    iterator for the whole fit: ``.repeat()`` and ``steps_per_epoch``), as a warning the first
+    time (:class:`~tfopt.train.timing.EpochStartClock` says why it happens).
 
     Args:
         probe: The InputProbe that instrumented the training dataset. Defaults to None.
@@ -236,11 +243,15 @@ class InputStallCallback(keras.callbacks.Callback):
         self.probe = probe
         self.pipeline = pipeline
         self.meter = StallMeter(warmup_steps)
+        self.starts = EpochStartClock()
         self._begin_step: int | None = None
         self._probe_start: float | None = None
+        self._epochs_in_fit = 0
+        self._start_warned = False
         self.last_kind: InputBound | None = None
 
     def on_train_begin(self, logs=None):
+        self._epochs_in_fit = 0
         if self.probe is None:
             logger.warning(
                 "InputStallCallback without an InputProbe sees only the gaps between Keras's "
@@ -266,9 +277,11 @@ class InputStallCallback(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self.meter.start_epoch()
+        self.starts.start_epoch()
         self._probe_start = None
 
     def on_train_batch_begin(self, batch, logs=None):
+        self.starts.batch_begins()
         self._begin_step = batch
         self.meter.begin()
         if self.probe is not None and self._probe_start is None and self.meter.counting:
@@ -291,6 +304,25 @@ class InputStallCallback(keras.callbacks.Callback):
             advice = self.pipeline.stall_advice()
         logger.log(level, "epoch %d: %.1f %% of step time waiting for input: %s; %s",
                    epoch + 1, summary.input_bound_percent, summary.kind.value, advice)
+        start = self.starts.end_epoch()
+        if start is not None:
+            if logs is not None:
+                logs["epoch_start_seconds"] = start.seconds
+            if start.slow and self._epochs_in_fit > 0:  # the fit's first epoch releases nothing
+                self._note_slow_start(epoch, start)
+        self._epochs_in_fit += 1
+
+    def _note_slow_start(self, epoch: int, start: EpochStart) -> None:
+        steps = (self.params or {}).get("steps")
+        level = logging.INFO if self._start_warned else logging.WARNING
+        self._start_warned = True
+        logger.log(
+            level, "epoch %d waited %.1f s (%.0f %% of the epoch) before its first batch: for "
+            "a finite dataset Keras opens a new iterator every epoch and releases the last one "
+            "there, and with autotuning on TensorFlow can hold that release until its tuning "
+            "thread wakes (up to a minute). One iterator for the whole fit avoids it: "
+            "fit(dataset.repeat(), steps_per_epoch=%s, ...)", epoch + 1, start.seconds,
+            100 * start.share, steps if steps else "BATCHES_PER_EPOCH")
 
 
 # GpuSnapshot field -> logs key stem. Memory is logged in MiB: bytes overflow float32 summaries

@@ -20,6 +20,8 @@ from tfopt._validate import whole_number
 from tfopt.errors import InvalidArgumentError
 
 __all__ = [
+    "EpochStart",
+    "EpochStartClock",
     "InputBound",
     "StallMeter",
     "StallSummary",
@@ -398,3 +400,76 @@ class StallMeter(_EpochMeter):
         total = gaps + self._busy_seconds
         percent = 100.0 * wait / total if self._calls_counted and total > 0 else math.nan
         return StallSummary(wait, compute, gaps, percent, classify_input_bound(percent))
+
+
+# An epoch that waits at least this long before its first batch call, and at least this share
+# of the epoch, is told how to avoid the wait (EpochStart.slow). Below either, the wait is
+# noise next to the epoch: an iterator's start alone takes tens of milliseconds.
+SLOW_EPOCH_START_SECONDS = 0.5
+SLOW_EPOCH_START_SHARE = 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochStart:
+    """How long an epoch waited from its start to its first batch call.
+
+    Attributes:
+        seconds: From ``on_epoch_begin`` to the first ``on_train_batch_begin``.
+        epoch_seconds: From ``on_epoch_begin`` to ``on_epoch_end``.
+    """
+
+    seconds: float
+    epoch_seconds: float
+
+    @property
+    def share(self) -> float:
+        """The wait's share of the epoch, 0 to 1 (0 for an epoch of no time)."""
+        return self.seconds / self.epoch_seconds if self.epoch_seconds > 0 else 0.0
+
+    @property
+    def slow(self) -> bool:
+        """True when the wait is long enough, alone and against the epoch, to act on."""
+        return (self.seconds >= SLOW_EPOCH_START_SECONDS
+                and self.share >= SLOW_EPOCH_START_SHARE)
+
+
+class EpochStartClock:
+    """Times each epoch's start: from ``on_epoch_begin`` to its first batch call.
+
+    Why it matters: for a finite dataset Keras opens a new iterator every epoch, between those
+    two hooks, and the previous epoch's iterator is released there. With tf.data autotuning on,
+    TensorFlow (2.21) now and then holds that release until its autotuning thread's current
+    sleep ends; the sleeps double from 10 ms up to a minute, so the wait grows with the fit.
+    StallMeter does not see it (it counts from the first call), nor does an InputProbe (the
+    wait is not in ``get_next``).
+
+    Args:
+        clock: Monotonic clock in seconds. Defaults to time.perf_counter.
+
+    Example:
+        >>> starts = EpochStartClock()
+        >>> starts.start_epoch(); starts.batch_begins(); ...; starts.end_epoch().seconds
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter):
+        self._clock = clock
+        self._began: float | None = None
+        self._first_batch: float | None = None
+
+    def start_epoch(self) -> None:
+        """The epoch starts (call from on_epoch_begin)."""
+        self._began = self._clock()
+        self._first_batch = None
+
+    def batch_begins(self) -> None:
+        """A batch call begins (call from on_train_batch_begin); only the epoch's first counts."""
+        if self._began is not None and self._first_batch is None:
+            self._first_batch = self._clock() - self._began
+
+    def end_epoch(self) -> EpochStart | None:
+        """The epoch's start, or None when it had no batch call (or never started)."""
+        if self._began is None or self._first_batch is None:
+            return None
+        start = EpochStart(self._first_batch, self._clock() - self._began)
+        self._began = None
+        return start
