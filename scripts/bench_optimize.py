@@ -253,8 +253,8 @@ def epoch_times(datasets: dict, order: list[str], case: Case, seconds: float) ->
 
     The datasets take turns (``order``), in each turn running whole epochs up to their share
     of ``seconds``, until each has run at least ``seconds`` of later epochs: on this shared VM
-    an epoch now and then runs at half speed (seen in single passes of one unchanged pipeline,
-    23 against 47 ex/s), and a slow spell then falls on all of them rather than on one.
+    single epochs of one unchanged pipeline vary by up to a quarter, and a slow spell then
+    falls on all of them rather than on one.
     """
     first = {name: timed_epoch(datasets[name], case) for name in order}
     later = {name: [] for name in order}
