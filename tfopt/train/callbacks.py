@@ -252,6 +252,7 @@ class InputStallCallback(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self._epochs_in_fit = 0
+        self._start_warned = False  # a warning once per fit, the later slow starts at INFO
         if self.probe is None:
             logger.warning(
                 "InputStallCallback without an InputProbe sees only the gaps between Keras's "
