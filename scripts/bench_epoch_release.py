@@ -31,6 +31,7 @@ tf = import_tensorflow()
 import keras  # noqa: E402
 
 import tfopt  # noqa: E402
+from tfopt.train.timing import EpochStartClock  # noqa: E402
 
 SIZE = 96
 BATCH = 32
@@ -52,19 +53,24 @@ def pipeline(images: Path, repeat: bool):
 
 
 class Gaps(keras.callbacks.Callback):
-    """Seconds from each epoch's start to its first batch, and from the fit's end to its
-    return (read by the caller)."""
+    """Seconds from each epoch's start to its first batch (timed as tfopt's InputStallCallback
+    times it), and when the fit ended (read by the caller)."""
 
     def __init__(self):
         super().__init__()
-        self.first_batch, self.train_end, self._began = [], None, None
+        self.starts = EpochStartClock()
+        self.first_batch, self.train_end = [], None
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._began = time.perf_counter()
+        self.starts.start_epoch()
 
     def on_train_batch_begin(self, batch, logs=None):
-        if batch == 0:
-            self.first_batch.append(time.perf_counter() - self._began)
+        self.starts.batch_begins()
+
+    def on_epoch_end(self, epoch, logs=None):
+        start = self.starts.end_epoch()
+        if start is not None:
+            self.first_batch.append(start.seconds)
 
     def on_train_end(self, logs=None):
         self.train_end = time.perf_counter()
