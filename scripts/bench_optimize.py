@@ -15,7 +15,10 @@ round; the table has each pipeline's examples over seconds, summed over every ti
 Where a pipeline caches, epoch 1 (it fills the cache) is reported apart, timed the way a
 training script meets it: each in a new Python process (--first-epochs per pipeline, in
 alternating turns) that first calls optimize on the original, as a user would, whichever
-pipeline it then times, so that every timed first epoch follows the same history.
+pipeline it then times, so that every timed first epoch follows the same history. A first epoch
+during which the VM's neighbours took over 5 % of its CPU time (the steal in /proc/stat) is
+timed again in a new process, up to 3 tries; the epoch-1 ratios carry a 90 % bootstrap interval
+over the processes.
 ``optimize`` is called once per round on a fresh copy; its time is in the table.
 """
 
@@ -471,7 +474,8 @@ def first_epoch_work(case: Case, processes: dict[str, list[dict]]) -> str:
              f"{mean(runs, 'steal_seconds')}" for name, runs in processes.items()]
     retimed = sum(run.get("tries", 1) - 1 for runs in processes.values() for run in runs)
     return (f"- {case.name} ({case.data}): " + "; ".join(cells)
-            + f" ({retimed} first epochs timed again for the VM's steal)")
+            + f" ({retimed} first epoch{'s' if retimed != 1 else ''} timed again for the "
+            f"VM's steal)")
 
 
 def main(argv=None) -> int:
