@@ -322,7 +322,7 @@ def first_epochs_in_new_processes(work: Path, index: int, names: list[str], coun
 
     A first epoch during which the hypervisor gave more than ``max_steal`` of this VM's CPU
     time to other guests is timed again in a new process (up to STEAL_TRIES times; the last
-    try is kept whatever its steal, and each kept figure records how many it replaced). Such
+    try is kept whatever its steal, and each kept figure records its tries). Such
     an epoch is slowed by the neighbours, not by its pipeline: on this VM they made single
     first epochs up to twice as slow (3.7 s of 11 s of CPU time stolen). ``max_steal=None``
     keeps every epoch.
@@ -420,7 +420,7 @@ def run_case(case: Case, rounds: int, seconds: float, measure_s: float,
     out = {"bottlenecks": bottlenecks, "analyse_s": statistics.median(analyse_s),
            "optimize_s": statistics.median(optimize_s), "changes": sorted(changes),
            "unchanged": sum(unchanged)}
-    if cached:  # every timed first epoch, for first_epoch_interval and --raw
+    if processes:  # each new process's first epoch, for first_epoch_interval and --raw
         out["first_seconds"] = {name: epochs for name, epochs in firsts.items() if epochs}
         out["first_processes"] = processes
     for name in names:
