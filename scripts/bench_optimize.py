@@ -420,8 +420,7 @@ def run_case(case: Case, rounds: int, seconds: float, measure_s: float,
     out = {"bottlenecks": bottlenecks, "analyse_s": statistics.median(analyse_s),
            "optimize_s": statistics.median(optimize_s), "changes": sorted(changes),
            "unchanged": sum(unchanged)}
-    if processes:  # each new process's first epoch, for first_epoch_interval and --raw
-        out["first_seconds"] = {name: epochs for name, epochs in firsts.items() if epochs}
+    if processes:  # each new process's figures, for with_interval, first_epoch_work and --raw
         out["first_processes"] = processes
     for name in names:
         if laters[name]:
@@ -454,10 +453,11 @@ def first_epoch_interval(seconds: list[float], against: list[float], draws: int 
 def with_interval(out: dict, name: str, against: str, text: str) -> str:
     """``text`` (a ratio cell) with the epoch-1 ratio's 90 % interval after its first
     figure, where both pipelines' first epochs were timed in new processes."""
-    firsts = out.get("first_seconds", {})
-    if name not in firsts or against not in firsts or len(firsts[name]) < 3:
+    processes = out.get("first_processes", {})
+    if name not in processes or against not in processes or len(processes[name]) < 3:
         return text
-    low, high = first_epoch_interval(firsts[name], firsts[against])
+    low, high = first_epoch_interval(*([one["seconds"] for one in processes[pipeline]]
+                                       for pipeline in (name, against)))
     head, sep, tail = text.partition(" / ")
     return f"{head} [{low:.2f}-{high:.2f}]{sep}{tail}"
 

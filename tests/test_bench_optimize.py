@@ -37,7 +37,10 @@ def test_the_interval_holds_the_ratio_and_narrows_with_agreeing_epochs(bench):
 
 
 def test_the_ratio_cell_gets_the_interval_only_where_both_were_timed_apart(bench):
-    out = {"first_seconds": {"optimize": [1.0, 1.1, 0.9], "original": [2.0, 2.1, 1.9]}}
+    out = {"first_processes": {
+        name: [{"seconds": seconds, "cpu_seconds": 1.0, "steal_seconds": 0.0, "tries": 1}
+               for seconds in epochs]
+        for name, epochs in {"optimize": [1.0, 1.1, 0.9], "original": [2.0, 2.1, 1.9]}.items()}}
     cell = bench.with_interval(out, "optimize", "original", "2.00x / 3.00x")
     assert cell.startswith("2.00x [") and cell.endswith("] / 3.00x")
     assert bench.with_interval(out, "optimize", "tuned", "1.00x / 1.00x") == "1.00x / 1.00x"
