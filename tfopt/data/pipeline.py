@@ -24,7 +24,7 @@ import os
 import tensorflow as tf
 
 from tfopt._system import available_memory, usable_cores
-from tfopt._validate import choice, known_options
+from tfopt._validate import choice, known_options, whole_number
 from tfopt.data.cache_keys import cache_location, other_cache_files
 from tfopt.data.choices import PipelineChoices
 from tfopt.data.config import FIELD_NAMES, PipelineConfig, make_config
@@ -117,7 +117,9 @@ class PipelineBuilder:
         choices: The plan in words and JSON (:class:`~tfopt.data.choices.PipelineChoices`).
 
     Raises:
-        tfopt.DatasetError: Nothing readable at ``source``.
+        tfopt.DatasetError: Nothing readable at ``source``; as its subclass
+            ``tfopt.errors.MissingSplitError``, no such split, or (evaluation, no split
+            given) no validation split.
         tfopt.InvalidArgumentError: An unknown option (named, with the allowed ones), or a
             config value or key that does not fit the data.
 
@@ -147,6 +149,7 @@ class PipelineBuilder:
         # a variable is mirrored, and a tf.data function cannot update a mirrored variable.
         self._lost_per_shard: dict[int, int] = {}
         self._seed = config.seed if config.seed is not None else int.from_bytes(os.urandom(4), "little")
+        self._resume = 0  # examples build() skips (resume_examples)
         self.facts = read_facts(self.source)
         self.plan: PipelinePlan = plan(config, self.facts)
         self._cache_location = cache_location(config.cache, self.source, self.plan,
@@ -191,19 +194,32 @@ class PipelineBuilder:
 
     # -- the pipeline -----------------------------------------------------------------------
 
-    def build(self, until: str | None = None) -> tf.data.Dataset:
+    def build(self, until: str | None = None, *, resume_examples: int = 0) -> tf.data.Dataset:
         """The dataset the plan describes; ``until`` stops after a stage.
 
         Args:
             until: ``"read"`` (serialized records), ``"parse"`` (parsed examples, images still
                 encoded), ``"decode"`` (batches without augmentation; same as None here), or
                 None for the whole pipeline. Defaults to None.
+            resume_examples: Examples a reader of this repeating dataset has already taken
+                (``tfopt.Run`` passes the epochs a restored backup holds): the dataset starts
+                where an uninterrupted one would be after them, in the same order and with
+                the same crop seeds when the seed is fixed. They are skipped where the shuffle
+                and repeat are: as serialized records, or from the cache (which fills on the
+                way). Defaults to 0.
 
         Raises:
-            tfopt.InvalidArgumentError: ``until`` is not one of these.
+            tfopt.InvalidArgumentError: ``until`` is not one of these, or ``resume_examples``
+                is negative or given for a dataset that does not repeat.
         """
         stage = None if until is None else choice(Stage, until, "until")
         plan = self.plan
+        resume = whole_number(resume_examples, "resume_examples", 0)
+        if resume and not plan.repeat:
+            raise InvalidArgumentError(
+                f"resume_examples={resume}: this pipeline does not repeat (repeat=False), so "
+                "an epoch is a new pass from its first record; resume only a repeating one")
+        self._resume = resume
         records = self._records()
         if plan.cache is CacheMode.ENCODED:
             records = self._cache(records)
@@ -213,6 +229,8 @@ class PipelineBuilder:
                                       reshuffle_each_iteration=True, name="shuffle")
         if plan.repeat and not plan.shuffle_after_cache:
             records = records.repeat(name="repeat")
+            if resume:
+                records = records.skip(resume, name="resume")
         if stage is Stage.READ:
             return self._finish(records.batch(plan.batch_size, name="batch"))
         if self.source.image_key is None:
@@ -372,13 +390,16 @@ class PipelineBuilder:
             full = self._shuffle_and_repeat(self._cache(self._skip_undecodable(full)))
             crop = _with_index(
                 lambda index, image: crop_and_resize(image, decode, seed_of(index)), has_label)
-            return full.enumerate(name="seed_index").map(
+            return full.enumerate(self._resume, name="seed_index").map(
                 crop, num_parallel_calls=AUTOTUNE, deterministic=plan.deterministic, name="crop")
         # one map decodes and crops (a random-resized crop when training)
         to_target = _with_index(
             lambda index, image: decode_to_target(checked(image), decode, seed_of(index)),
             has_label)
-        images = self._skip_undecodable(parsed.enumerate(name="seed_index").map(
+        # under a FINAL cache the crops are drawn once, in the pass that fills it (before the
+        # skip of a resume): their seeds count from 0; else they follow the skipped examples
+        start = 0 if plan.cache is CacheMode.FINAL else self._resume
+        images = self._skip_undecodable(parsed.enumerate(start, name="seed_index").map(
             to_target, num_parallel_calls=AUTOTUNE, deterministic=plan.deterministic,
             name="decode"))
         if plan.cache is CacheMode.FINAL:
@@ -398,7 +419,10 @@ class PipelineBuilder:
         if self.plan.training:
             cached = cached.shuffle(self.plan.shuffle_elements, seed=self._seed,
                                     reshuffle_each_iteration=True, name="shuffle")
-        return cached.repeat(name="repeat") if self.plan.repeat else cached
+        if not self.plan.repeat:
+            return cached
+        cached = cached.repeat(name="repeat")
+        return cached.skip(self._resume, name="resume") if self._resume else cached
 
     def _cache(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
         if not self.plan.cache_to_file:
@@ -502,7 +526,9 @@ def build_pipeline(source, batch_size: int, *, training: bool = False, image_siz
         **config: Other :class:`~tfopt.data.config.PipelineConfig` fields.
 
     Raises:
-        tfopt.DatasetError: Nothing readable at ``source``.
+        tfopt.DatasetError: Nothing readable at ``source``; as its subclass
+            ``tfopt.errors.MissingSplitError``, no such split, or (evaluation, no split
+            given) no validation split.
         tfopt.InvalidArgumentError: An unknown option (named, with the allowed ones), or a
             value that does not fit the data.
 

@@ -1,0 +1,178 @@
+"""The decisions of a :class:`tfopt.Run`, made by a pure planner from its config and the facts.
+
+``plan_run(config, facts)`` imports no TensorFlow and reads nothing: the facts (replicas,
+workers, the epoch's length, a cached trial, ...) are gathered by ``Run`` and passed in, so
+every rule here is tested on hand-made facts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from tfopt.errors import InvalidArgumentError
+from tfopt.run.config import AUTO, BatchNorm, RunConfig
+
+__all__ = ["RunFacts", "RunPlan", "SpeSource", "plan_run"]
+
+# The trial's middle candidate (1, 4, 16): where no trial runs, 4 steps per call take most of
+# the per-call overhead away without holding a long call between callbacks.
+SPE_UNTRIED = 4
+
+
+class SpeSource(str, enum.Enum):
+    """Where ``steps_per_execution`` comes from."""
+
+    GIVEN = "given"
+    CACHED = "cached"  # an earlier trial's, read from the workdir
+    TRIAL = "trial"  # timed by run.compile
+    UNTRIED = "untried"  # SPE_UNTRIED: no trial could pay for itself or agree across workers
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFacts:
+    """What ``Run`` read before planning.
+
+    Attributes:
+        replicas: Replicas in sync of the built strategy.
+        workers: Training workers of the cluster.
+        chief: This process writes the run's files (one worker, or the chief of several).
+        policy: The precision policy chosen or given.
+        policy_reason: Why.
+        steps_per_epoch: Batches in one pass of the training split (None when unknown).
+        trial_steps: Steps the steps_per_execution trial runs.
+        trial_possible: The trial can feed this model: square images of a known size.
+        cached_steps_per_execution: A trial's choice read from the workdir for the same
+            model, batch and policy; None when there is none.
+        has_validation: The source has a validation split (or one was given).
+        resume_epoch: Epochs the workdir's newest backup holds (0 without one).
+    """
+
+    replicas: int
+    workers: int
+    chief: bool
+    policy: str
+    policy_reason: str
+    steps_per_epoch: int | None
+    trial_steps: int
+    trial_possible: bool = True
+    cached_steps_per_execution: int | None = None
+    has_validation: bool = False
+    resume_epoch: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """Every decision of a run, typed; ``Run.describe()`` renders it."""
+
+    global_batch: int
+    replicas: int
+    workers: int
+    policy: str
+    policy_reason: str
+    batch_norm: BatchNorm
+    batch_norm_reason: str
+    accumulation_steps: int
+    accumulation_reason: str
+    steps_per_execution: int | None  # None: run.compile times the trial
+    spe_source: SpeSource
+    spe_reason: str
+    validation: bool
+    validation_reason: str
+    backups: bool
+    monitor: str
+    resume_epoch: int
+
+
+def _batch_norm(config: RunConfig, facts: RunFacts) -> tuple[BatchNorm, str]:
+    asked = BatchNorm(config.batch_norm)
+    if asked is BatchNorm.FUSED and facts.replicas > 1:
+        raise InvalidArgumentError(
+            f"batch_norm='fused' with {facts.replicas} replicas: the fused kernel keeps "
+            "per-replica statistics; use 'synchronized' (or 'auto') under several replicas")
+    if asked is not BatchNorm.AUTO:
+        return asked, "given"
+    if facts.replicas > 1:
+        return BatchNorm.SYNCHRONIZED, (f"{facts.replicas} replicas: statistics over the global "
+                                        "batch, the same on every replica and worker")
+    return BatchNorm.FUSED, ("one replica: TensorFlow's fused kernel, which Keras 3 does not "
+                             "use (1.7x a CNN step on 2 CPU cores)")
+
+
+def _accumulation(config: RunConfig, global_batch: int) -> tuple[int, str]:
+    effective = config.effective_batch_size
+    if effective is None:
+        return 1, "none: one optimizer update per step"
+    if effective % global_batch:
+        raise InvalidArgumentError(
+            f"effective_batch_size={effective}: expected a multiple of the global batch "
+            f"{global_batch} (batch_size x replicas), e.g. {global_batch * max(1, effective // global_batch)}")
+    steps = effective // global_batch
+    return steps, (f"{steps} micro-batches of {global_batch} per update (effective batch "
+                   f"{effective})" if steps > 1 else "none: the effective batch is one step's")
+
+
+def _steps_per_execution(config: RunConfig, facts: RunFacts) -> tuple[int | None, SpeSource, str]:
+    if config.steps_per_execution != AUTO:
+        return config.steps_per_execution, SpeSource.GIVEN, "given"
+    if facts.cached_steps_per_execution is not None:
+        return (facts.cached_steps_per_execution, SpeSource.CACHED,
+                "an earlier trial's choice for this model, batch and policy (from the workdir)")
+    if facts.workers > 1:
+        return SPE_UNTRIED, SpeSource.UNTRIED, (
+            f"{SPE_UNTRIED}, untried: a trial under several workers would time collective "
+            "steps on each, and the workers could choose differently")
+    if not facts.trial_possible:
+        return SPE_UNTRIED, SpeSource.UNTRIED, (
+            f"{SPE_UNTRIED}, untried: the trial feeds square images, and this run's data "
+            "is not")
+    steps = facts.steps_per_epoch
+    if steps is None or steps < facts.trial_steps:
+        length = "of unknown length" if steps is None else f"of {steps} steps"
+        return SPE_UNTRIED, SpeSource.UNTRIED, (
+            f"{SPE_UNTRIED}, untried: the trial takes {facts.trial_steps} steps, more than an "
+            f"epoch {length}")
+    return None, SpeSource.TRIAL, "timed by a trial at compile (1, 4 and 16 steps per call)"
+
+
+def plan_run(config: RunConfig, facts: RunFacts) -> RunPlan:
+    """Decide every choice of a run from its config and the facts.
+
+    Raises:
+        tfopt.InvalidArgumentError: A combination that cannot work (named): a fused batch norm
+            under several replicas, an effective batch that is not a multiple of the global
+            batch.
+    """
+    global_batch = config.batch_size * facts.replicas
+    batch_norm, batch_norm_reason = _batch_norm(config, facts)
+    accumulation, accumulation_reason = _accumulation(config, global_batch)
+    spe, spe_source, spe_reason = _steps_per_execution(config, facts)
+    if config.validation is None:
+        validation, validation_reason = False, "none asked (validation=None)"
+    elif config.validation != AUTO:
+        validation, validation_reason = True, f"{config.validation}"
+    elif facts.has_validation:
+        validation, validation_reason = True, "the source's validation split"
+    else:
+        validation, validation_reason = False, (
+            "none: the source has no validation split (convert with --val-fraction, or pass "
+            "validation= another dataset); the best model is chosen by the training loss")
+    return RunPlan(
+        global_batch=global_batch,
+        replicas=facts.replicas,
+        workers=facts.workers,
+        policy=facts.policy,
+        policy_reason=facts.policy_reason,
+        batch_norm=batch_norm,
+        batch_norm_reason=batch_norm_reason,
+        accumulation_steps=accumulation,
+        accumulation_reason=accumulation_reason,
+        steps_per_execution=spe,
+        spe_source=spe_source,
+        spe_reason=spe_reason,
+        validation=validation,
+        validation_reason=validation_reason,
+        backups=config.workdir is not None,
+        monitor="val_loss" if validation else "loss",
+        resume_epoch=facts.resume_epoch,
+    )

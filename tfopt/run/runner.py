@@ -1,0 +1,473 @@
+"""``tfopt.Run``: strategy, precision, pipelines, batch norm, accumulation, steps_per_execution,
+measuring callbacks and resumable backups, composed in the order they must happen.
+
+The order is the point: the strategy is built first (it decides the global batch and how the
+pipelines shard), the pipelines are planned under its scope, the probe that times input waits
+is made outside it (plain CPU variables), the model is built under the policy and the scope,
+batch norm is rewritten after the build and before compile, accumulation and
+steps_per_execution are set at compile, and a rerun's training stream starts where the
+restored backup left it. ``docs/run.md`` is the guide.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+
+from tfopt.data.augment.layer import Augment
+from tfopt.data.pipeline import PipelineBuilder
+from tfopt.distribute.cluster import cluster_info
+from tfopt.distribute.strategy import StrategyPlan, plan_strategy, select_strategy
+from tfopt.errors import InvalidArgumentError
+from tfopt.records.format.tfrecord import tf_compression_type
+from tfopt.records.manifest import read_manifest
+from tfopt.run.config import AUTO, BatchNorm, RunConfig
+from tfopt.run.plan import RunFacts, RunPlan, SpeSource, plan_run
+from tfopt.run.workdir import (
+    HISTORY_FILE,
+    read_spe_choice,
+    resume_epoch,
+    write_spe_choice,
+)
+from tfopt.train.accumulation import configure_accumulation
+from tfopt.train.backup import backup_callbacks
+from tfopt.train.callbacks import (
+    GpuStatsCallback,
+    InputProbe,
+    ThroughputCallback,
+    training_callbacks,
+)
+from tfopt.train.fused_batch_norm import fuse_batch_norm
+from tfopt.train.precision import PolicyChoice, check_model_precision, choose_policy, enable_policy
+from tfopt.train.sync_batch_norm import synchronize_batch_norm
+from tfopt.tune.steps_per_execution import trial_steps, tune_steps_per_execution
+
+logger = logging.getLogger("tfopt")
+
+__all__ = ["Run"]
+
+VALIDATION_SPLIT = "validation"
+
+
+def _has_validation_split(source) -> bool:
+    """The source is a tfopt dataset folder whose manifest has a non-empty validation split
+    (a glob or a file list has no splits: its files are all one split)."""
+    path = Path(str(source)) if isinstance(source, (str, Path)) else None
+    if path is None or not path.is_dir():
+        return False
+    split = read_manifest(path).splits.get(VALIDATION_SPLIT)
+    return split is not None and split.num_records > 0
+
+
+def _split_to_evaluate(source) -> str | None:
+    """The split of another dataset given as ``validation=``: its validation split, else the
+    whole of it ("train" of a folder; None for a glob or a file list, which have no splits)."""
+    if _has_validation_split(source):
+        return VALIDATION_SPLIT
+    path = Path(str(source)) if isinstance(source, (str, Path)) else None
+    return "train" if path is not None and path.is_dir() else None
+
+
+class _ResumeCheck(keras.callbacks.Callback):
+    """After the backup's restore: warns when the epoch restored is not the one the training
+    stream was positioned for (the newest backup was damaged and an older one restored)."""
+
+    def __init__(self, expected_epoch: int):
+        super().__init__()
+        self.expected_epoch = expected_epoch
+
+    def on_train_begin(self, logs=None):
+        restored = int(getattr(self.model, "_initial_epoch", 0) or 0)
+        if restored != self.expected_epoch:
+            logger.warning(
+                "training resumes at epoch %d, but the input stream was positioned for epoch "
+                "%d (the newest backup's): the data order from here differs from an "
+                "uninterrupted run's", restored + 1, self.expected_epoch + 1)
+
+
+class Run:
+    """One object for the common job: train a Keras model on tfopt shards the tfopt way.
+
+    Building a ``Run`` decides everything that does not need the model: the strategy (built),
+    the precision policy, the training and validation pipelines, where a rerun resumes.
+    ``scope()`` is where the model is built; ``compile()`` rewrites batch norm, sets gradient
+    accumulation and ``steps_per_execution``, checks precision; ``fit()`` trains with the
+    measuring callbacks and atomic backups in ``workdir``: run the same script again after a
+    crash and it resumes. ``describe()`` says every choice and why. For ``model.fit`` by hand:
+    ``run.train``, ``run.steps_per_epoch``, ``run.validation``, ``run.callbacks()``.
+
+    Args:
+        source: A tfopt dataset folder, a glob or a list of TFRecord files.
+        **options: :class:`~tfopt.run.config.RunConfig` fields (``image_size``,
+            ``batch_size`` per replica, ``workdir``, ``precision``, ``strategy``,
+            ``steps_per_execution``, ``effective_batch_size``, ``cache``, ``augment``,
+            ``batch_norm``, ``validation``, ``seed``); each choice defaults to "auto".
+
+    Raises:
+        tfopt.InvalidArgumentError: An option out of range, or a combination that cannot work.
+        tfopt.DatasetError: Nothing readable at ``source``.
+
+    Example:
+        >>> run = tfopt.Run("shards/", image_size=96, batch_size=64, workdir="runs/exp1")
+        >>> with run.scope():
+        ...     model = build_model("cnn", image_size=96, classes=run.num_classes)
+        >>> run.compile(model, "adam", keras.losses.SparseCategoricalCrossentropy(True))
+        >>> history = run.fit(model, epochs=10)
+    """
+
+    def __init__(self, source, **options):
+        self.config = config = RunConfig(source, **options)
+        strategy_plan = (config.strategy if isinstance(config.strategy, StrategyPlan)
+                         else plan_strategy(config.strategy))
+        self.strategy = select_strategy(strategy_plan)
+        self._strategy_plan = strategy_plan
+        replicas = int(self.strategy.num_replicas_in_sync)
+        self._gpus = len(tf.config.list_physical_devices("GPU"))
+        policy = (choose_policy() if config.precision == AUTO
+                  else PolicyChoice(config.precision, "given"))
+        global_batch = config.batch_size * replicas
+        # under the strategy's scope: the planner reads its replicas (drop_remainder, sharding)
+        with self.strategy.scope():
+            self._train_builder = PipelineBuilder(
+                source, batch_size=global_batch, training=True, image_size=config.image_size,
+                cache=config.cache, random_crop=config.random_crop, seed=config.seed,
+                split="train")
+        has_validation = (config.validation not in (None, AUTO)
+                          or (config.validation == AUTO and _has_validation_split(source)))
+        cluster = cluster_info()
+        self._facts = RunFacts(
+            replicas=replicas,
+            workers=cluster.workers,
+            chief=bool(getattr(self.strategy.extended, "should_checkpoint", True)),
+            policy=policy.name,
+            policy_reason=policy.reason,
+            steps_per_epoch=self._train_builder.steps_per_epoch,
+            trial_steps=trial_steps(),
+            trial_possible=self._trial_image_size() is not None,
+            has_validation=has_validation,
+            resume_epoch=resume_epoch(config.workdir),
+        )
+        self.plan: RunPlan = plan_run(config, self._facts)
+        self._eval_builder = None
+        if self.plan.validation:
+            evaluate = source if config.validation == AUTO else config.validation
+            split = VALIDATION_SPLIT if config.validation == AUTO else _split_to_evaluate(evaluate)
+            with self.strategy.scope():
+                self._eval_builder = PipelineBuilder(
+                    evaluate, batch_size=global_batch, image_size=config.image_size,
+                    image_key=self._train_builder.source.image_key,
+                    label_key=self._train_builder.source.label_key, split=split)
+        # outside the strategy's scope: its counters are plain CPU variables. Under op
+        # determinism TensorFlow refuses the probe's tf.timestamp: stalls are then estimated
+        # from the step times alone
+        self._probe = None if _op_determinism() else InputProbe()
+        self._train_cache: dict[tuple[int, int], tf.data.Dataset] = {}
+        self._compiled_spe: int | None = None  # what compile() set
+        self._validation = None
+        self._classes: int | None = None
+        self._spe_trial: dict[int, float] = {}
+        self._precision_warnings: list[str] = []
+        self._seeded = False
+
+    # -- what a user reads -------------------------------------------------------------------
+
+    @property
+    def global_batch(self) -> int:
+        """Examples per step over all replicas (what the pipelines batch)."""
+        return self.plan.global_batch
+
+    @property
+    def steps_per_epoch(self) -> int | None:
+        """Batches in one pass of the training split (None when its length is unknown)."""
+        return self._train_builder.steps_per_epoch
+
+    @property
+    def train_pipeline(self) -> PipelineBuilder:
+        """The training :class:`~tfopt.data.pipeline.PipelineBuilder` (its plan and choices)."""
+        return self._train_builder
+
+    @property
+    def train(self) -> tf.data.Dataset:
+        """The training dataset: repeating, probed, positioned where a resumed fit starts."""
+        return self._train_dataset(self._steps(None), self._spe())
+
+    @property
+    def validation(self) -> tf.data.Dataset | None:
+        """The evaluation dataset (every record once, in order), or None without one."""
+        if self._eval_builder is not None and self._validation is None:
+            self._validation = self._eval_builder.build()
+        return self._validation
+
+    @property
+    def num_classes(self) -> int:
+        """Classes of the label: the manifest's class names, else the largest label + 1."""
+        if self._classes is None:
+            source = self._train_builder.source
+            if source.label_key is None:
+                raise InvalidArgumentError(
+                    f"{self.config.source}: num_classes: the dataset has no label feature")
+            self._classes = (len(source.class_names) if source.class_names
+                             else _count_classes(source))
+        return self._classes
+
+    @property
+    def steps_per_execution_trial(self) -> dict[int, float]:
+        """The trial's examples/s per candidate (empty when none ran in this process)."""
+        return dict(self._spe_trial)
+
+    @property
+    def precision_warnings(self) -> list[str]:
+        """What the precision check found at compile ([] when the model is fine)."""
+        return list(self._precision_warnings)
+
+    def describe(self) -> str:
+        """Every choice of the run and why, one per line, then the pipeline's."""
+        plan, config = self.plan, self.config
+        spe = ("timed by a trial at compile" if plan.steps_per_execution is None
+               else str(plan.steps_per_execution))
+        if config.workdir is None:
+            workdir = "none: no backups, no history (give workdir= to resume after a crash)"
+        else:
+            writer = "" if self._facts.chief else " (written by the chief)"
+            workdir = (f"{config.workdir}: backups (a rerun resumes), best model by "
+                       f"{plan.monitor}, {HISTORY_FILE}{writer}")
+        resume = (f"from the backup of epoch {plan.resume_epoch}" if plan.resume_epoch
+                  else "a new run")
+        if plan.resume_epoch and config.seed is None:
+            resume += " (no seed: the data order differs from an uninterrupted run's)"
+        lines = [
+            f"tfopt.Run on {config.source}",
+            *self._strategy_plan.describe(self.strategy).splitlines(),
+            f"batch        {config.batch_size} per replica x {plan.replicas} = "
+            f"{plan.global_batch} per step",
+            f"precision    {plan.policy}: {plan.policy_reason}",
+            f"batch norm   {plan.batch_norm.value}: {plan.batch_norm_reason}",
+            f"accumulation {plan.accumulation_reason}",
+            f"steps/call   {spe}: {plan.spe_reason}",
+            f"validation   {plan.validation_reason}",
+            f"workdir      {workdir}",
+            f"resume       {resume}",
+            "training pipeline:",
+            *("  " + line for line in self._train_builder.choices.describe().splitlines()),
+        ]
+        return "\n".join(lines)
+
+    # -- building and training -------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _entered(self):
+        with enable_policy(self.plan.policy), self.strategy.scope():
+            yield
+
+    @contextlib.contextmanager
+    def scope(self):
+        """Build the model in here: the precision policy and the strategy's scope, and the
+        seed (``seed=``) set once, on the first entry, for the same initial weights."""
+        with self._entered():
+            if self.config.seed is not None and not self._seeded:
+                keras.utils.set_random_seed(self.config.seed)
+                self._seeded = True
+            yield self.strategy
+
+    def augment_layer(self) -> Augment:
+        """With ``augment="device"``: the layer to put first in the model (random-resized crop
+        and flip on the accelerator, its seed the run's)."""
+        if self.config.augment != "device":
+            raise InvalidArgumentError(
+                f"augment_layer(): this run augments in the pipeline (augment="
+                f"{self.config.augment!r}); build the Run with augment='device' to crop on "
+                "the accelerator")
+        return Augment(output_size=self.config.image_size, random_crop=True,
+                       horizontal_flip=0.5, seed=self.config.seed)
+
+    def compile(self, model, optimizer="adam", loss=None, metrics=None, **compile_options):
+        """Compile ``model`` the tfopt way: batch norm rewritten, gradient accumulation,
+        ``steps_per_execution`` (given, cached, or by a short trial), the precision check.
+
+        Args:
+            model: A built Keras model (made in ``run.scope()``).
+            optimizer: An optimizer or its name. Defaults to "adam".
+            loss: As for ``keras.Model.compile``.
+            metrics: As for ``keras.Model.compile``.
+            **compile_options: Other ``compile`` arguments (not ``steps_per_execution``: the
+                Run's option sets it).
+
+        Raises:
+            tfopt.InvalidArgumentError: ``steps_per_execution`` given here, or a model the
+                batch-norm rewrite cannot take.
+        """
+        if "steps_per_execution" in compile_options:
+            raise InvalidArgumentError(
+                "compile(steps_per_execution=...): give it to the Run "
+                "(tfopt.Run(..., steps_per_execution=N)); 'auto' tunes it")
+        with self._entered():
+            self._rewrite_batch_norm(model)
+            if isinstance(optimizer, (str, dict)):
+                optimizer = keras.optimizers.get(optimizer)
+            if self.plan.accumulation_steps > 1:
+                configure_accumulation(optimizer, self.config.effective_batch_size,
+                                       self.plan.global_batch)
+            spe = self._resolve_steps_per_execution(model)
+            model.compile(optimizer=optimizer, loss=loss, metrics=metrics,
+                          steps_per_execution=spe, **compile_options)
+            self._compiled_spe = spe
+            self._precision_warnings = check_model_precision(model)
+        return model
+
+    def callbacks(self) -> list:
+        """The callbacks ``fit`` uses: examples/s and input stalls (GPU stats on a GPU), then
+        with a workdir the backups, the best model and ``history.csv`` (the chief's)."""
+        if self._probe is not None:
+            callbacks = training_callbacks(self.plan.global_batch, self._probe,
+                                           gpu=self._gpus > 0, pipeline=self._train_builder)
+        else:  # op determinism: no probe, so no input-stall figures to give
+            callbacks = [ThroughputCallback(self.plan.global_batch),
+                         *([GpuStatsCallback()] if self._gpus else [])]
+        workdir = self.config.workdir
+        if workdir is None:
+            return callbacks
+        callbacks += backup_callbacks(workdir, monitor=self.plan.monitor)
+        callbacks.append(_ResumeCheck(self.plan.resume_epoch))
+        if self._facts.chief:
+            callbacks.append(keras.callbacks.CSVLogger(str(Path(workdir) / HISTORY_FILE),
+                                                       append=self.plan.resume_epoch > 0))
+        return callbacks
+
+    def fit(self, model, epochs: int = 1, *, steps_per_epoch: int | None = None,
+            callbacks=(), verbose="auto", **fit_options):
+        """Train ``model`` (compiled by :meth:`compile`) on the training pipeline.
+
+        Args:
+            model: The compiled model.
+            epochs: Epochs in all, those a restored backup holds included. Defaults to 1.
+            steps_per_epoch: Batches per epoch. Defaults to None: one pass of the split.
+            callbacks: More callbacks, after the Run's. Defaults to ().
+            verbose: As for ``keras.Model.fit``. Defaults to "auto".
+            **fit_options: Other ``keras.Model.fit`` arguments.
+
+        Returns:
+            The ``History``.
+
+        Raises:
+            tfopt.InvalidArgumentError: The training split's length is unknown and no
+                ``steps_per_epoch`` is given.
+        """
+        steps = self._steps(steps_per_epoch)
+        # the pipeline shuffles; Keras's shuffle=True only warns that it ignores a dataset
+        fit_options.setdefault("shuffle", False)
+        with self._entered():
+            dataset = self._train_dataset(steps, int(getattr(model, "steps_per_execution", 1)))
+            return model.fit(dataset, epochs=epochs, steps_per_epoch=steps,
+                             validation_data=self.validation,
+                             callbacks=[*self.callbacks(), *callbacks], verbose=verbose,
+                             **fit_options)
+
+    # -- the parts ---------------------------------------------------------------------------
+
+    def _steps(self, steps_per_epoch: int | None) -> int:
+        steps = steps_per_epoch or self.steps_per_epoch
+        if steps is None:
+            raise InvalidArgumentError(
+                f"{self.config.source}: the training split's length is unknown (no record "
+                "counts): pass steps_per_epoch= to fit")
+        return steps
+
+    def _train_dataset(self, steps: int, spe: int) -> tf.data.Dataset:
+        """The training stream for epochs of ``steps`` batches run ``spe`` per call, started
+        after the epochs the restored backup holds.
+
+        Keras 3 runs an epoch as whole calls of ``spe`` steps, so it takes ``spe`` x
+        ceil(``steps`` / ``spe``) batches, and each worker takes its share of every global
+        batch (the strategy splits each over the workers).
+        """
+        if (steps, spe) not in self._train_cache:
+            batches = -(-steps // spe) * spe
+            taken = self.plan.resume_epoch * batches * self.plan.global_batch // self.plan.workers
+            if taken:
+                logger.info("the training stream resumes after %d epoch(s) of %d steps: %d "
+                            "examples skipped where the pipeline shuffles", self.plan.resume_epoch,
+                            steps, taken)
+            dataset = self._train_builder.build(resume_examples=taken)
+            self._train_cache[steps, spe] = (dataset if self._probe is None
+                                             else self._probe.instrument(dataset))
+        return self._train_cache[steps, spe]
+
+    def _spe(self) -> int:
+        """steps_per_execution as compiled, else as planned (1 while a trial is pending)."""
+        return self._compiled_spe or self.plan.steps_per_execution or 1
+
+    def _rewrite_batch_norm(self, model) -> None:
+        mode = self.plan.batch_norm
+        if mode is BatchNorm.FUSED:
+            fuse_batch_norm(model)
+        elif mode is BatchNorm.SYNCHRONIZED:
+            synchronize_batch_norm(model)
+
+    def _trial_image_size(self) -> int | None:
+        size = self.config.image_size
+        if isinstance(size, tuple):
+            return size[0] if size[0] == size[1] else None
+        return size
+
+    def _spe_key(self, model) -> dict:
+        return {"params": int(model.count_params()), "layers": len(model.layers),
+                "global_batch": self.plan.global_batch, "policy": self.plan.policy,
+                "replicas": self.plan.replicas, "batch_norm": self.plan.batch_norm.value,
+                "image_size": self._trial_image_size()}
+
+    def _resolve_steps_per_execution(self, model) -> int:
+        """The plan's value; where it asks for a trial, a cached one for this model, else the
+        trial (on clones of the model, their batch norm rewritten the same), kept."""
+        if self.plan.spe_source is not SpeSource.TRIAL:
+            return self.plan.steps_per_execution
+        key = self._spe_key(model)
+        cached = read_spe_choice(self.config.workdir, key)
+        if cached is not None:
+            self._spe_trial = cached[1]
+            self._replan(cached_steps_per_execution=cached[0])
+            return cached[0]
+
+        def clone():
+            copy = keras.models.clone_model(model)
+            self._rewrite_batch_norm(copy)
+            return copy
+
+        spe, rates = tune_steps_per_execution(clone, self.plan.global_batch,
+                                              self._trial_image_size(), max(2, self.num_classes),
+                                              seed=self.config.seed or 0)
+        self._spe_trial = rates
+        if self.config.workdir is not None and self._facts.chief:
+            write_spe_choice(self.config.workdir, key, spe, rates)
+        trial = ", ".join(f"{k}: {v:.0f}" for k, v in rates.items())
+        self.plan = _with_trial(self.plan, spe, f"the trial's choice (examples/s {trial}; the "
+                                "smallest within 3 % of the fastest)")
+        return spe
+
+    def _replan(self, **facts) -> None:
+        self._facts = dataclasses.replace(self._facts, **facts)
+        self.plan = plan_run(self.config, self._facts)
+
+
+def _with_trial(plan: RunPlan, spe: int, reason: str) -> RunPlan:
+    return dataclasses.replace(plan, steps_per_execution=spe, spe_reason=reason)
+
+
+def _op_determinism() -> bool:
+    """Whether ``tf.config.experimental.enable_op_determinism()`` is in force (TensorFlow
+    exports only the setter; the reader is in its framework module)."""
+    from tensorflow.python.framework import config as framework_config
+
+    return bool(framework_config.is_op_determinism_enabled())
+
+
+def _count_classes(source) -> int:
+    """Classes from the largest label in the training shards (no manifest class names)."""
+    spec = {source.label_key: tf.io.FixedLenFeature([], tf.int64)}
+    reader = tf.data.TFRecordDataset(source.files, tf_compression_type(source.compression))
+    labels = reader.map(lambda r: tf.io.parse_single_example(r, spec)[source.label_key])
+    return max(2, int(labels.reduce(tf.constant(0, tf.int64), tf.maximum)) + 1)

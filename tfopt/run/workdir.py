@@ -1,0 +1,71 @@
+"""What a run keeps in its workdir besides the backups: the steps_per_execution trial's choice.
+
+Layout (the backups' own is in :mod:`tfopt.train.backup`)::
+
+    WORKDIR/backup/...                 the backup a rerun resumes from
+    WORKDIR/best.keras, best.json      the best model so far
+    WORKDIR/history.csv                one row per epoch (appended to by a resumed run)
+    WORKDIR/steps_per_execution.json   the trial's choice and rates, for the model it timed
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from tfopt._files import atomic_write_bytes
+from tfopt.train.backup import BACKUP_FOLDER
+from tfopt.train.backup_records import read_backup_folder
+
+logger = logging.getLogger("tfopt")
+
+__all__ = ["HISTORY_FILE", "SPE_FILE", "read_spe_choice", "resume_epoch", "write_spe_choice"]
+
+HISTORY_FILE = "history.csv"
+SPE_FILE = "steps_per_execution.json"
+
+
+def resume_epoch(workdir: Path | None) -> int:
+    """Epochs the newest backup in ``workdir`` holds: where a rerun's fit resumes (0: none).
+
+    Raises:
+        tfopt.TfoptError: The backup's record is unreadable (the message names the file).
+    """
+    if workdir is None:
+        return 0
+    candidates = read_backup_folder(Path(workdir) / BACKUP_FOLDER).candidates
+    return candidates[0].epoch if candidates else 0
+
+
+def read_spe_choice(workdir: Path | None, key: dict) -> tuple[int, dict[int, float]] | None:
+    """The trial's (choice, rates) cached for ``key`` (model, batch, policy), or None.
+
+    A file of another key, or one that is not what :func:`write_spe_choice` writes, is ignored
+    (with a note in the log): the trial runs again and replaces it.
+    """
+    if workdir is None:
+        return None
+    path = Path(workdir) / SPE_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        logger.info("%s: unreadable (%s); the steps_per_execution trial runs again", path,
+                    error)
+        return None
+    if not isinstance(data, dict) or data.get("key") != key:
+        return None
+    value, rates = data.get("value"), data.get("rates")
+    if type(value) is not int or value < 1 or not isinstance(rates, dict):
+        logger.info("%s: not a trial record; the trial runs again", path)
+        return None
+    return value, {int(k): float(v) for k, v in rates.items()}
+
+
+def write_spe_choice(workdir: Path, key: dict, value: int, rates: dict[int, float]) -> None:
+    """Keep the trial's choice for a rerun of the same model (written atomically)."""
+    Path(workdir).mkdir(parents=True, exist_ok=True)
+    data = {"key": key, "value": value, "rates": {str(k): v for k, v in rates.items()}}
+    atomic_write_bytes(Path(workdir) / SPE_FILE, (json.dumps(data, indent=2) + "\n").encode())
