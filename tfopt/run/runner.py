@@ -313,6 +313,8 @@ class Run:
                 configure_accumulation(optimizer, self.config.effective_batch_size,
                                        self.plan.global_batch)
             spe = self._resolve_steps_per_execution(model)
+            if self.steps_per_epoch is not None and spe > self.steps_per_epoch:
+                spe = self.steps_per_epoch  # a call longer than an epoch would run past it
             model.compile(optimizer=optimizer, loss=loss, metrics=metrics,
                           steps_per_execution=spe, **compile_options)
             self._compiled_spe = spe
@@ -357,11 +359,19 @@ class Run:
             tfopt.InvalidArgumentError: The training split's length is unknown and no
                 ``steps_per_epoch`` is given.
         """
+        spe = int(getattr(model, "steps_per_execution", 1) or 1)
         steps = self._steps(steps_per_epoch)
+        if steps > spe and steps % spe:
+            # Keras 3 runs an epoch as whole calls of spe steps: asked for 5 steps at 4 per
+            # call it trains 8. Whole calls it is, rounded down: the stream repeats and goes
+            # on, so the batches left out of one epoch open the next
+            logger.info("an epoch of %d steps: %d whole calls of steps_per_execution=%d",
+                        steps // spe * spe, steps // spe, spe)
+            steps = steps // spe * spe
         # the pipeline shuffles; Keras's shuffle=True only warns that it ignores a dataset
         fit_options.setdefault("shuffle", False)
         with self._entered():
-            dataset = self._train_dataset(steps, int(getattr(model, "steps_per_execution", 1)))
+            dataset = self._train_dataset(steps, spe)
             return model.fit(dataset, epochs=epochs, steps_per_epoch=steps,
                              validation_data=self.validation,
                              callbacks=[*self.callbacks(), *callbacks], verbose=verbose,

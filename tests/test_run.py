@@ -1,0 +1,236 @@
+"""tfopt.Run: its planner on hand-made facts, its config's checks, and real runs: a fit, a
+dataset without a validation split, the steps_per_execution trial kept in the workdir, and a
+process killed with SIGKILL mid-epoch whose rerun ends with an uninterrupted run's weights."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.conftest import make_demo_shards
+from tfopt.errors import InvalidArgumentError
+from tfopt.run.config import RunConfig
+from tfopt.run.plan import SPE_UNTRIED, RunFacts, SpeSource, plan_run
+
+FACTS = RunFacts(replicas=1, workers=1, chief=True, policy="float32", policy_reason="rule",
+                 steps_per_epoch=1000, trial_steps=165, has_validation=True)
+
+
+# -- the planner: pure, on hand-made facts ------------------------------------------------------
+
+
+def test_one_replica_fuses_batch_norm_and_several_synchronise_it():
+    config = RunConfig("shards/", image_size=32)
+    assert plan_run(config, FACTS).batch_norm.value == "fused"
+    several = plan_run(config, dataclasses.replace(FACTS, replicas=4))
+    assert several.batch_norm.value == "synchronized" and several.global_batch == 256
+    with pytest.raises(InvalidArgumentError, match="batch_norm='fused' with 4 replicas"):
+        plan_run(config.replace(batch_norm="fused"), dataclasses.replace(FACTS, replicas=4))
+
+
+def test_accumulation_takes_a_multiple_of_the_global_batch():
+    plan = plan_run(RunConfig("s", batch_size=32, effective_batch_size=256),
+                    dataclasses.replace(FACTS, replicas=2))
+    assert plan.accumulation_steps == 4 and "4 micro-batches of 64" in plan.accumulation_reason
+    with pytest.raises(InvalidArgumentError, match="effective_batch_size=100: expected a "
+                                                   "multiple of the global batch 64"):
+        plan_run(RunConfig("s", batch_size=32, effective_batch_size=100),
+                 dataclasses.replace(FACTS, replicas=2))
+
+
+def test_steps_per_execution_given_cached_trialled_or_untried_and_why():
+    config = RunConfig("s", image_size=32)
+    assert plan_run(config.replace(steps_per_execution=8), FACTS).steps_per_execution == 8
+    trial = plan_run(config, FACTS)
+    assert trial.steps_per_execution is None and trial.spe_source is SpeSource.TRIAL
+    cached = plan_run(config, dataclasses.replace(FACTS, cached_steps_per_execution=16))
+    assert (cached.steps_per_execution, cached.spe_source) == (16, SpeSource.CACHED)
+    short = plan_run(config, dataclasses.replace(FACTS, steps_per_epoch=20))
+    assert short.steps_per_execution == SPE_UNTRIED and "more than an epoch of 20" in \
+        short.spe_reason
+    workers = plan_run(config, dataclasses.replace(FACTS, workers=2))
+    assert workers.spe_source is SpeSource.UNTRIED and "several workers" in workers.spe_reason
+
+
+def test_no_validation_split_is_said_and_the_best_model_follows_the_training_loss():
+    plan = plan_run(RunConfig("s"), dataclasses.replace(FACTS, has_validation=False))
+    assert not plan.validation and plan.monitor == "loss"
+    assert "no validation split" in plan.validation_reason
+    assert plan_run(RunConfig("s"), FACTS).monitor == "val_loss"
+    assert not plan_run(RunConfig("s", validation=None), FACTS).validation
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("precision", "fp16", "precision='fp16': expected one of auto, float32"),
+    ("strategy", "gpus", "strategy='gpus': expected one of auto, default"),
+    ("steps_per_execution", 0, "steps_per_execution=0"),
+    ("augment", "flip", "augment='flip'"),
+    ("batch_norm", "sync", "batch_norm"),
+    ("batch_size", True, "batch_size=True"),
+    ("seed", -1, "seed=-1"),
+])
+def test_config_names_the_bad_field(field, value, message):
+    with pytest.raises(InvalidArgumentError, match=re.escape(message)):
+        RunConfig("shards/", **{field: value})
+
+
+def test_two_configs_of_the_same_arguments_are_equal():
+    assert RunConfig("s", image_size=32, seed=1) == RunConfig("s", image_size=32, seed=1)
+    assert RunConfig("s").replace(batch_size=8).batch_size == 8
+
+
+# -- real runs ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    root = tmp_path_factory.mktemp("run_data")
+    return make_demo_shards(root, count=240, classes=3, min_size=32, max_size=48,
+                            val_fraction=0.2, shards=2)
+
+
+def _model(run, keras):
+    from tfopt.models import build_model
+
+    with run.scope():
+        return build_model("cnn", image_size=run.config.image_size, classes=run.num_classes,
+                           size="tiny")
+
+
+def test_a_run_fits_with_its_choices_described_and_its_files_in_the_workdir(shards, tmp_path):
+    import keras
+
+    from tfopt.run import Run
+
+    run = Run(shards, image_size=32, batch_size=16, workdir=tmp_path / "run", seed=0,
+              steps_per_execution=2)
+    text = run.describe()
+    for line in ("strategy     default", "batch        16 per replica x 1 = 16 per step",
+                 "precision", "batch norm   fused", "steps/call   2: given",
+                 "validation   the source's validation split", "resume       a new run",
+                 "training pipeline:"):
+        assert line in text, text
+    model = _model(run, keras)
+    run.compile(model, "adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                metrics=["accuracy"])
+    assert model.steps_per_execution == 2
+    history = run.fit(model, epochs=2, verbose=0)
+    assert len(history.history["val_loss"]) == 2 and "examples_per_second" in history.history
+    # the backup is gone after a normal end; the best model and the history stay
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [
+        "best.json", "best.keras", "history.csv"]
+    assert len((tmp_path / "run" / "history.csv").read_text().splitlines()) == 3
+
+
+def test_without_a_validation_split_it_trains_on_the_loss_and_says_so(tmp_path):
+    import keras
+
+    from tfopt.run import Run
+
+    source = make_demo_shards(tmp_path, count=60, classes=2, min_size=32, max_size=40)
+    run = Run(source, image_size=32, batch_size=16, workdir=tmp_path / "run")
+    assert run.validation is None and run.plan.monitor == "loss"
+    assert "no validation split" in run.describe()
+    model = _model(run, keras)
+    run.compile(model, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    run.fit(model, epochs=1, verbose=0)
+    assert json.loads((tmp_path / "run" / "best.json").read_text())["monitor"] == "loss"
+
+
+def test_steps_per_execution_is_given_to_the_run_not_to_compile(shards):
+    import keras
+
+    from tfopt.run import Run
+
+    run = Run(shards, image_size=32, batch_size=16)
+    with pytest.raises(InvalidArgumentError, match="give it to the Run"):
+        run.compile(_model(run, keras), "adam", "mse", steps_per_execution=4)
+
+
+@pytest.mark.slow
+def test_the_trial_runs_once_and_a_rerun_reads_its_choice_from_the_workdir(tmp_path):
+    import keras
+
+    from tfopt.run import Run
+    from tfopt.run.plan import SpeSource
+    from tfopt.run.workdir import SPE_FILE
+
+    # 400 records at batch 2: an epoch of 180+ steps pays for the 165-step trial
+    source = make_demo_shards(tmp_path, count=400, classes=2, min_size=16, max_size=20)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    first = Run(source, image_size=16, batch_size=2, workdir=tmp_path / "run")
+    assert first.plan.spe_source is SpeSource.TRIAL
+    first.compile(_model(first, keras), "adam", loss)
+    chosen = first.plan.steps_per_execution
+    assert sorted(first.steps_per_execution_trial) == [1, 4, 16] and chosen in (1, 4, 16)
+    assert json.loads((tmp_path / "run" / SPE_FILE).read_text())["value"] == chosen
+    again = Run(source, image_size=16, batch_size=2, workdir=tmp_path / "run")
+    model = _model(again, keras)
+    again.compile(model, "adam", loss)
+    assert again.plan.spe_source is SpeSource.CACHED and model.steps_per_execution == chosen
+
+
+RESUME_SCRIPT = textwrap.dedent("""
+    import os, signal, sys, zlib
+    import numpy as np
+    import keras
+    import tensorflow as tf
+    from tfopt.run import Run
+    from tfopt.models import build_model
+
+    shards, workdir, kill_epoch = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    tf.config.experimental.enable_op_determinism()
+    run = Run(shards, image_size=32, batch_size=16, workdir=workdir, seed=3,
+              steps_per_execution=4)
+    with run.scope():
+        model = build_model("cnn", image_size=32, classes=run.num_classes, size="tiny")
+    run.compile(model, "adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+    class Crash(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+            print("EPOCH", epoch, flush=True)
+
+        def on_train_batch_end(self, batch, logs=None):
+            if self.epoch == kill_epoch and batch >= 4:  # mid-epoch, after a backup
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    run.fit(model, epochs=3, callbacks=[Crash()], verbose=0)
+    weights = b"".join(np.asarray(w, np.float32).tobytes() for w in model.get_weights())
+    print("WEIGHTS %08x" % zlib.crc32(weights), flush=True)
+""")
+
+
+def _train(script, shards, workdir, kill_epoch):
+    done = subprocess.run([sys.executable, str(script), str(shards), str(workdir),
+                           str(kill_epoch)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    epochs = [int(e) for e in re.findall(r"^EPOCH (\d)", done.stdout, re.MULTILINE)]
+    weights = re.findall(r"^WEIGHTS (\w+)", done.stdout, re.MULTILINE)
+    return done, epochs, weights[0] if weights else None
+
+
+@pytest.mark.slow
+def test_killed_mid_epoch_the_same_script_again_ends_with_an_uninterrupted_runs_weights(
+        shards, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(RESUME_SCRIPT)
+    done, epochs, reference = _train(script, shards, tmp_path / "reference", -1)
+    assert done.returncode == 0 and epochs == [0, 1, 2], done.stderr[-3000:]
+
+    done, epochs, weights = _train(script, shards, tmp_path / "run", 1)
+    assert done.returncode == -signal.SIGKILL and epochs == [0, 1] and weights is None
+    backup = json.loads((tmp_path / "run" / "backup" / "latest.json").read_text())
+    assert backup["epoch"] == 1
+
+    done, epochs, weights = _train(script, shards, tmp_path / "run", -1)
+    assert done.returncode == 0 and epochs == [1, 2], done.stderr[-3000:]
+    assert weights == reference  # bit for bit: the stream resumed where it would have been
