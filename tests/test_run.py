@@ -234,3 +234,71 @@ def test_killed_mid_epoch_the_same_script_again_ends_with_an_uninterrupted_runs_
     done, epochs, weights = _train(script, shards, tmp_path / "run", -1)
     assert done.returncode == 0 and epochs == [1, 2], done.stderr[-3000:]
     assert weights == reference  # bit for bit: the stream resumed where it would have been
+
+
+MULTI_WORKER_SCRIPT = textwrap.dedent("""
+    import json, os, signal, sys, zlib
+    import numpy as np
+    import keras
+    from tfopt.run import Run
+    from tfopt.models import build_model
+
+    shards, workdir, marker = sys.argv[1], sys.argv[2], sys.argv[3]
+    worker = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    run = Run(shards, image_size=32, batch_size=8, workdir=workdir, seed=3)
+    print("PLAN", run.plan.workers, run.plan.global_batch, run.plan.batch_norm.value,
+          flush=True)
+    with run.scope():
+        model = build_model("cnn", image_size=32, classes=run.num_classes, size="tiny")
+    run.compile(model, "adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+    class Crash(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+            print("EPOCH", epoch, flush=True)
+
+        def on_train_batch_end(self, batch, logs=None):
+            if worker == 1 and self.epoch == 1 and batch >= 4 and not os.path.exists(marker):
+                open(marker, "w").close()
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    run.fit(model, epochs=3, callbacks=[Crash()], verbose=0)
+    weights = b"".join(np.asarray(w, np.float32).tobytes() for w in model.get_weights())
+    print("WEIGHTS %08x" % zlib.crc32(weights), flush=True)
+""")
+
+
+# alone: two workers' heartbeats must be answered in time (see tests/test_examples.py)
+@pytest.mark.slow
+@pytest.mark.alone
+def test_under_tfopt_launch_a_killed_worker_resumes_from_the_chiefs_backup(shards, tmp_path):
+    from tfopt.distribute.launch import launch_workers
+
+    script, marker, workdir = tmp_path / "train.py", tmp_path / "killed", tmp_path / "run"
+    script.write_text(MULTI_WORKER_SCRIPT)
+
+    def launch():
+        lines = []
+        result = launch_workers([sys.executable, str(script), str(shards), str(workdir),
+                                 str(marker)], 2, grace_seconds=5,
+                                on_line=lambda index, stream, line: lines.append((index, line)))
+        seen = {index: [line for i, line in lines if i == index] for index in (0, 1)}
+        return result, seen, [line for _, line in lines]
+
+    result, seen, lines = launch()
+    assert marker.exists() and result.failed_worker == 1, lines[-30:]
+    assert "PLAN 2 16 synchronized" in seen[0], lines[-30:]  # the global batch, synced BN
+    # the chief's backup of epoch 1 alone is there: worker 1 wrote nothing in the workdir
+    assert json.loads((workdir / "backup" / "latest.json").read_text())["epoch"] == 1
+    assert sorted(p.name for p in (workdir / "backup").iterdir()) == [
+        "latest.json", "weights-000001.weights.h5"]
+
+    result, seen, lines = launch()
+    assert result.exit_code == 0, lines[-30:]
+    for index in (0, 1):  # both restored the chief's backup and ran the last two epochs
+        assert [line for line in seen[index] if line.startswith("EPOCH")] == [
+            "EPOCH 1", "EPOCH 2"], lines[-30:]
+    weights = [[line for line in seen[index] if line.startswith("WEIGHTS")] for index in (0, 1)]
+    assert weights[0] and weights[0] == weights[1]  # synchronous training: the same weights
+    assert sorted(p.name for p in workdir.iterdir()) == ["best.json", "best.keras",
+                                                         "history.csv"]
