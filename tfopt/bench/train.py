@@ -6,9 +6,10 @@ same epochs, from the same initial weights, alternating (baseline, tfopt, baseli
 - ``baseline``: float32; :func:`tfopt.bench.baselines.naive_dataset` (``TFRecordDataset ->
   shuffle(1000) -> map(parse + decode + central crop + resize) -> batch``, one thread, no
   prefetch); ``steps_per_execution=1``.
-- ``tfopt``: the policy ``tfopt.choose_policy()`` picks; ``tfopt.PipelineBuilder``'s pipeline;
-  ``steps_per_execution`` tuned by :func:`tfopt.tune.steps_per_execution.tune_steps_per_execution`;
-  fused batch normalisation (``tfopt.fuse_batch_norm``).
+- ``tfopt``: a :class:`tfopt.Run` (its policy, pipeline, fused batch normalisation and
+  ``steps_per_execution``), with central crops so that both methods train on the same pixels.
+
+This module keeps only the baseline and the comparison: the tfopt way is ``Run``'s.
 
 Each run reports examples/s per epoch, the input-bound share and the validation accuracy.
 What is measured and why: ``docs/bench.md``.
@@ -35,19 +36,23 @@ from tfopt._validate import choice, flag, optional_whole_number, whole_number
 from tfopt.bench.baselines import naive_dataset
 from tfopt.data.pipeline import PipelineBuilder
 from tfopt.data.plan import CacheMode, pass_records
+from tfopt.data.source import PipelineSource
 from tfopt.errors import DatasetError, InvalidArgumentError
-from tfopt.models import DEFAULT_IMAGE_SIZE, ModelName, build_model, compile_model
-from tfopt.records.format.tfrecord import tf_compression_type
+from tfopt.models import (
+    DEFAULT_IMAGE_SIZE,
+    LEARNING_RATE,
+    ModelName,
+    build_model,
+    compile_model,
+)
+from tfopt.run.runner import Run
 from tfopt.train.callbacks import InputProbe, training_callbacks
-from tfopt.train.fused_batch_norm import fuse_batch_norm
-from tfopt.train.precision import choose_policy, enable_policy
+from tfopt.train.precision import enable_policy
 from tfopt.tune.steps_per_execution import (
-    SPE_CANDIDATES,
     SPE_TOLERANCE,
     EpochClock,
     quiet_fit_warnings,
     trial_steps,
-    tune_steps_per_execution,
 )
 
 logger = logging.getLogger("tfopt")
@@ -341,80 +346,75 @@ class _Context:
     policy: str
     steps_per_execution: int
     evaluation: tf.data.Dataset
-    train_builder: PipelineBuilder
+    source: PipelineSource  # what the baseline reads
 
 
-def _tfopt_builder(settings: TrainBenchSettings, batch_size: int,
-                   epochs: int) -> tuple[PipelineBuilder, str | None]:
-    """tfopt's training pipeline for a fit of ``epochs`` epochs at ``batch_size``, and why it
-    runs without its cache (None when it does not).
+def _tfopt_run(settings: TrainBenchSettings, batch_size: int, epochs: int, policy: str,
+               spe: int | str) -> tuple[Run, str | None]:
+    """tfopt's :class:`~tfopt.run.Run` for a fit of ``epochs`` epochs at ``batch_size``, and
+    why its pipeline runs without its cache (None when it does not).
 
     Its cache is "auto", unless ``max_steps`` cuts the fit to less than one pass over the
     records: Keras reads them through one iterator, so such a fit never reads from a cache, and
     tf.data discards the part filled (logging "did not fully read the dataset being cached");
     the pipeline then runs without one.
     """
-    def build(cache):
+    def make(cache):
         # central crops (not random ones): the two methods must train on the same pixels
-        return PipelineBuilder(settings.source, batch_size=batch_size, training=True,
-                               image_size=settings.image_size, random_crop=False, cache=cache,
-                               seed=settings.seed, split="train")
+        return Run(settings.source, image_size=settings.image_size, batch_size=batch_size,
+                   precision=policy, steps_per_execution=spe, cache=cache, augment=False,
+                   batch_norm="fused" if settings.fuse_batch_norm else "keras",
+                   seed=settings.seed, validation=None)
 
-    builder = build("auto")
-    steps, records = _steps(settings, builder), pass_records(builder.plan)
+    run = make("auto")
+    plan = run.train_pipeline.plan
+    steps, records = _steps(settings, run.steps_per_epoch), pass_records(plan)
     if (not settings.max_steps or steps is None or records is None
-            or builder.plan.cache is CacheMode.NONE or steps * epochs * batch_size >= records):
-        return builder, None
-    return build(False), (
+            or plan.cache is CacheMode.NONE or steps * epochs * batch_size >= records):
+        return run, None
+    return make(False), (
         f"--max-steps {steps} x {epochs} epoch(s) at batch {batch_size} read "
         f"{steps * epochs * batch_size:,} of the {records:,} training examples of one pass, and "
         "a cache is filled only by a pass read to its end: it would serve nothing and be "
         "discarded after each fit")
 
 
-def _steps(settings: TrainBenchSettings, builder: PipelineBuilder) -> int | None:
+def _steps(settings: TrainBenchSettings, pass_steps: int | None) -> int | None:
     """tfopt's steps per epoch: a pass, or ``max_steps`` if fewer."""
-    steps = builder.steps_per_epoch
     if settings.max_steps:
-        steps = min(steps or settings.max_steps, settings.max_steps)
-    return steps
+        return min(pass_steps or settings.max_steps, settings.max_steps)
+    return pass_steps
 
 
-def _tfopt_model(settings: TrainBenchSettings, classes: int) -> keras.Model:
-    model = build_model(settings.model, settings.image_size, classes)
-    if settings.fuse_batch_norm:
-        fuse_batch_norm(model)
+def _tfopt_model(run: Run, settings: TrainBenchSettings, classes: int) -> keras.Model:
+    """The built-in model built and compiled by ``run`` (as compile_model does: Adam at its
+    learning rate, sparse cross-entropy on logits)."""
+    with run.scope():
+        model = build_model(settings.model, settings.image_size, classes)
+    run.compile(model, keras.optimizers.Adam(LEARNING_RATE),
+                keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                metrics=["accuracy"])
     return model
 
 
 def _train_once(ctx: _Context, method: str, batch_size: int, epochs: int,
                 evaluate: bool = True) -> tuple[RunResult, str | None]:
     """One fit of ``method``, and why tfopt's pipeline ran without its cache in it (None when
-    it had its cache, and for the baseline): see :func:`_tfopt_builder`."""
+    it had its cache, and for the baseline): see :func:`_tfopt_run`."""
     settings = ctx.settings
     uncached = None
-    if method == "baseline":
-        policy, spe = "float32", 1
-        dataset = naive_dataset(ctx.train_builder.source, settings.image_size, batch_size,
-                                pixels="uint8", shuffle=True)
-        steps = settings.max_steps
-    else:
-        policy, spe = ctx.policy, ctx.steps_per_execution
-        builder, uncached = _tfopt_builder(settings, batch_size, epochs)
-        dataset, steps = builder.build(), _steps(settings, builder)
-    if method == "baseline" and steps:
-        dataset = dataset.take(steps)  # a pass of max_steps batches per epoch, restarted each epoch
-        steps = None
-    probe = InputProbe()  # outside the policy and any scope: plain CPU variables
-    dataset = probe.instrument(dataset)
-    clock = EpochClock(probe)
     keras.utils.set_random_seed(settings.seed)  # same initial weights for every run
-    with enable_policy(policy), quiet_fit_warnings():
-        model = (_tfopt_model(settings, ctx.classes) if method == "tfopt"
-                 else build_model(settings.model, settings.image_size, ctx.classes))
-        compile_model(model, steps_per_execution=spe, metrics=["accuracy"])
-        history = model.fit(dataset, epochs=epochs, steps_per_epoch=steps, verbose=0,
-                            callbacks=[*training_callbacks(batch_size, probe, gpu=False), clock])
+    with quiet_fit_warnings():
+        if method == "baseline":
+            history, clock, model = _baseline_fit(ctx, batch_size, epochs)
+        else:
+            run, uncached = _tfopt_run(settings, batch_size, epochs, ctx.policy,
+                                       ctx.steps_per_execution)
+            model = _tfopt_model(run, settings, ctx.classes)
+            clock = EpochClock(run.probe)
+            history = run.fit(model, epochs=epochs,
+                              steps_per_epoch=_steps(settings, run.steps_per_epoch),
+                              callbacks=[clock], verbose=0)
         accuracy = loss = math.nan
         if evaluate:
             scores = model.evaluate(ctx.evaluation, verbose=0, return_dict=True)
@@ -429,6 +429,24 @@ def _train_once(ctx: _Context, method: str, batch_size: int, epochs: int,
         val_accuracy=accuracy,
         val_loss=loss,
     ), uncached
+
+
+def _baseline_fit(ctx: _Context, batch_size: int, epochs: int):
+    """The plain Keras way: float32, the naive pipeline, one step per call, no rewrites."""
+    settings = ctx.settings
+    dataset = naive_dataset(ctx.source, settings.image_size, batch_size, pixels="uint8",
+                            shuffle=True)
+    if settings.max_steps:
+        # a pass of max_steps batches per epoch, restarted each epoch
+        dataset = dataset.take(settings.max_steps)
+    probe = InputProbe()  # outside the policy and any scope: plain CPU variables
+    clock = EpochClock(probe)
+    with enable_policy("float32"):
+        model = build_model(settings.model, settings.image_size, ctx.classes)
+        compile_model(model, steps_per_execution=1, metrics=["accuracy"])
+        history = model.fit(probe.instrument(dataset), epochs=epochs, verbose=0,
+                            callbacks=[*training_callbacks(batch_size, probe, gpu=False), clock])
+    return history, clock, model
 
 
 def run_train_bench(settings: TrainBenchSettings,
@@ -456,15 +474,17 @@ def run_train_bench(settings: TrainBenchSettings,
     """
     say = progress or (lambda line: None)
     load = os.getloadavg()[0]
-    train_builder, uncached = _tfopt_builder(settings, settings.batch_size, settings.epochs)
+    first, uncached = _tfopt_run(settings, settings.batch_size, settings.epochs,
+                                 settings.policy or "auto", settings.steps_per_execution or "auto")
     notes = [f"tfopt's pipeline runs without its cache: {uncached}; runs of whole epochs (no "
              "--max-steps, or more --epochs) measure it"] if uncached else []
-    source = train_builder.source
+    train_pipeline = first.train_pipeline
+    source = train_pipeline.source
     if source.image_key is None or source.label_key is None:
         raise InvalidArgumentError(f"{settings.source}: the training benchmark needs images "
                                    "with class labels (a dataset from 'tfopt convert' of an "
                                    "image folder)")
-    classes = len(source.class_names) if source.class_names else _count_classes(source)
+    classes = first.num_classes
     try:
         eval_builder = PipelineBuilder(settings.source, batch_size=settings.batch_size,
                                        image_size=settings.image_size, split="validation")
@@ -476,11 +496,7 @@ def run_train_bench(settings: TrainBenchSettings,
         logger.warning("%s has no validation split: accuracy is measured on the training split",
                        settings.source)
 
-    if settings.policy is None:
-        choice = choose_policy()
-        policy, reason = choice.name, choice.reason
-    else:
-        policy, reason = settings.policy, "given"
+    policy, reason = first.plan.policy, first.plan.policy_reason
     say(f"tfopt policy {policy}: {reason}")
 
     trial: dict[int, float] = {}
@@ -494,17 +510,18 @@ def run_train_bench(settings: TrainBenchSettings,
         say(f"steps_per_execution 1, no trial: tfopt's runs take {fit_steps} steps in all, "
             f"fewer than the trial's {SPE_TRIAL_COST_STEPS} (give --steps-per-execution)")
     if spe is None:
-        say(f"steps_per_execution trial of {', '.join(map(str, SPE_CANDIDATES))} ...")
-        with enable_policy(policy):
-            spe, trial = tune_steps_per_execution(
-                lambda: _tfopt_model(settings, classes),
-                settings.batch_size, settings.image_size, classes, seed=settings.seed)
+        # Run's own rule: a trial of 1, 4 and 16 where an epoch pays for it, else untried
+        say(f"steps_per_execution: {first.plan.spe_reason} ...")
+        spe = int(_tfopt_model(first, settings, classes).steps_per_execution)
+        trial = first.steps_per_execution_trial
         _clear_session()
-        say("steps_per_execution trial: " + ", ".join(f"{k}: {v:.1f} ex/s"
-                                                      for k, v in trial.items())
-            + f"; chosen {spe}")
+        if trial:
+            say("steps_per_execution trial: " + ", ".join(f"{k}: {v:.1f} ex/s"
+                                                          for k, v in trial.items())
+                + f"; chosen {spe}")
+    del first
 
-    ctx = _Context(settings, classes, policy, spe, eval_builder.build(), train_builder)
+    ctx = _Context(settings, classes, policy, spe, eval_builder.build(), source)
     runs: dict[str, list[RunResult]] = {method: [] for method in METHODS}
     for repeat in range(settings.repeats):
         for method in METHODS:
@@ -536,7 +553,7 @@ def run_train_bench(settings: TrainBenchSettings,
     pipelines = {
         "baseline": "TFRecordDataset -> shuffle(1000) -> map(parse_single_example, decode, "
                     "crop, resize) -> batch, no num_parallel_calls, no prefetch",
-        "tfopt": f"PipelineBuilder (cache {train_builder.choices.cache.value}, parallel, "
+        "tfopt": f"tfopt.Run's PipelineBuilder (cache {train_pipeline.choices.cache.value}, parallel, "
                  "prefetch)",
     }
     batch_norm = {"baseline": "Keras",
@@ -548,14 +565,6 @@ def run_train_bench(settings: TrainBenchSettings,
                                     batch_norm[method])
                for method in METHODS}
     examples = runs["baseline"][0].epoch_examples[-1]
-    return TrainBenchReport(settings, results, reason, trial, train_builder.choices.describe(),
+    return TrainBenchReport(settings, results, reason, trial, train_pipeline.choices.describe(),
                             sweep, examples, eval_split, usable_cores(), load,
-                            train_builder.plan.cache is not CacheMode.NONE, tuple(notes))
-
-
-def _count_classes(source) -> int:
-    """Classes from the largest label in the training shards (no manifest class names)."""
-    spec = {source.label_key: tf.io.FixedLenFeature([], tf.int64)}
-    reader = tf.data.TFRecordDataset(source.files, tf_compression_type(source.compression))
-    labels = reader.map(lambda r: tf.io.parse_single_example(r, spec)[source.label_key])
-    return max(2, int(labels.reduce(tf.constant(0, tf.int64), tf.maximum)) + 1)
+                            train_pipeline.plan.cache is not CacheMode.NONE, tuple(notes))

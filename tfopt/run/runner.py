@@ -187,6 +187,11 @@ class Run:
         return self._train_builder.steps_per_epoch
 
     @property
+    def probe(self) -> InputProbe | None:
+        """The probe on the training dataset (None under op determinism, which refuses it)."""
+        return self._probe
+
+    @property
     def train_pipeline(self) -> PipelineBuilder:
         """The training :class:`~tfopt.data.pipeline.PipelineBuilder` (its plan and choices)."""
         return self._train_builder
