@@ -29,6 +29,7 @@ LAYERS = {
     "tfopt.train": "train",
     "tfopt.models": "models",
     "tfopt.tune": "tune",
+    "tfopt.run": "run",
     "tfopt.bench": "bench",
     "tfopt.cli": "cli",
     "tfopt.__main__": "cli",
@@ -46,16 +47,17 @@ ALLOWED = {
     "models": {"foundation"},
     "train": {"foundation", "gpu", "data", "distribute", "models"},
     "tune": {"foundation", "gpu", "data", "models", "train"},
+    "run": {"foundation", "records", "distribute", "data", "train", "tune"},
     "bench": {"foundation", "gpu", "records", "distribute", "data", "analysis", "models", "train",
-              "tune"},
+              "tune", "run"},
     "cli": {"foundation", "gpu", "records", "distribute", "data", "analysis", "models", "train",
-            "tune", "bench"},
+            "tune", "run", "bench"},
     "api": {"foundation"},
 }
 
 # Packages and modules that import no TensorFlow (nor Keras) when they are imported: they run
 # where TensorFlow is absent or must start fast (tfopt --help, monitor, doctor, launch).
-TENSORFLOW_FREE = ["tfopt.records", "tfopt.gpu", "tfopt.cli", "tfopt.distribute.cluster",
+TENSORFLOW_FREE = ["tfopt.run.config", "tfopt.run.plan", "tfopt.records", "tfopt.gpu", "tfopt.cli", "tfopt.distribute.cluster",
                    "tfopt.distribute.launch", "tfopt._supervisor", "tfopt.data.config",
                    "tfopt.data.plan", "tfopt.data.choices", "tfopt.data.service",
                    "tfopt.tune.search", "tfopt.models", "tfopt.analysis.report",
