@@ -17,7 +17,6 @@ import concurrent.futures
 import dataclasses
 import enum
 import functools
-import multiprocessing
 import os
 import re
 import shutil
@@ -28,6 +27,7 @@ import numpy as np
 
 from tfopt._files import TEMP_MARKER, fsync_dir, temp_path_for
 from tfopt._progress import Progress
+from tfopt._supervisor import WorkerStartError, start_failure, worker_context
 from tfopt._system import usable_cores
 from tfopt._validate import choice, flag, optional_whole_number, whole_number
 from tfopt.errors import InvalidArgumentError, OutputExistsError, TfoptError
@@ -235,6 +235,59 @@ def _write_images(dst: str, names: list[str], indices: range, seed: int, min_siz
     return total
 
 
+def _write_in_processes(workers: int, bar, chunks, dst: str, names: list[str], seed: int,
+                        min_size: int, max_size: int, kind: str) -> int:
+    """:func:`_write_images` of every chunk in ``workers`` processes; the bytes written.
+
+    The processes do not import the caller's main module (``worker_context``): a script
+    without an ``if __name__ == "__main__":`` guard, or one read from stdin, works.
+
+    Raises:
+        tfopt._supervisor.WorkerStartError: The processes cannot start here.
+        tfopt.TfoptError: One died (killed, out of memory).
+    """
+    try:
+        pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=worker_context())
+    except (OSError, NotImplementedError) as error:  # no semaphores here (/dev/shm)
+        raise _cannot_start(error) from None
+    total = 0
+    processes = None  # the pool's processes, once it broke
+    with pool:
+        try:
+            futures = {}
+            for chunk in chunks:
+                try:  # submit starts the processes
+                    futures[pool.submit(_write_images, dst, names, chunk, seed, min_size,
+                                        max_size, kind)] = len(chunk)
+                except OSError as error:  # fork or exec refused (process limit, memory)
+                    pool.shutdown(wait=True, cancel_futures=True)  # what started stops
+                    raise _cannot_start(error) from None
+            for future in concurrent.futures.as_completed(futures):
+                total += future.result()
+                bar.update(futures[future])
+        except concurrent.futures.process.BrokenProcessPool:
+            processes = list((getattr(pool, "_processes", None) or {}).values())
+    if processes is None:
+        return total
+    for process in processes:
+        process.join()  # the pool has stopped them all: each is reaped, or is at once
+    code = start_failure(processes)
+    if code is not None:
+        raise WorkerStartError(
+            f"the demo-data worker processes cannot start here (one ended with exit code "
+            f"{code}; its own error, if any, is printed above): run again with --workers 1 "
+            "(workers=1) to draw the images in this process")
+    raise TfoptError("a demo-data worker process died (killed, or out of memory?): run again, "
+                     "with fewer --workers (workers=) if memory is short")
+
+
+def _cannot_start(error: BaseException) -> WorkerStartError:
+    reason = getattr(error, "strerror", None) or str(error) or type(error).__name__
+    return WorkerStartError(f"cannot start the demo-data worker processes ({reason}): run "
+                            "again with --workers 1 (workers=1) to draw the images in this "
+                            "process")
+
+
 def _move_into_place(filled: Path, final: Path, class_names) -> None:
     """Rename the filled temporary folder to ``final`` (absent, or an empty folder)."""
     try:
@@ -338,15 +391,9 @@ def make_demo_data(dst, count: int = 3000, classes: int = 10, seed: int = 0,
                                                  max_size, kind.value)
                     bar.update(len(chunk))
             else:
-                context = multiprocessing.get_context("spawn")
-                with concurrent.futures.ProcessPoolExecutor(min(workers, len(chunks)),
-                                                            mp_context=context) as pool:
-                    futures = {pool.submit(_write_images, str(target), names, chunk, seed,
-                                           min_size, max_size, kind.value): len(chunk)
-                               for chunk in chunks}
-                    for future in concurrent.futures.as_completed(futures):
-                        total_bytes += future.result()
-                        bar.update(futures[future])
+                total_bytes += _write_in_processes(
+                    min(workers, len(chunks)), bar, chunks, str(target), names, seed, min_size,
+                    max_size, kind.value)
         if replaced:
             os.replace(final, old)
         _move_into_place(target, final, names)

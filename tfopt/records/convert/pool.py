@@ -3,7 +3,10 @@
 ``workers - 1`` spawned processes and a local thread share the shard tasks; each finished shard
 is journaled as it arrives. Ctrl-C is held back while workers start, and answered by the main
 process, and so is SIGTERM (:func:`sigterm_as_interrupt`); a worker that dies (OOM killer) is an
-interruption, which keeps the finished shards.
+interruption, which keeps the finished shards, and so are workers that cannot start here
+(:class:`~tfopt._supervisor.WorkerStartError`). The workers do not import the caller's main
+module (:func:`~tfopt._supervisor.worker_context`): no ``if __name__ == "__main__":`` guard is
+needed around ``convert``.
 
 Example:
     >>> run_tasks(tasks, Path("shards"), workers=4, journal=journal, done={}, bar=bar)
@@ -14,7 +17,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
-import multiprocessing
 import os
 import signal
 import threading
@@ -22,7 +24,13 @@ import time
 from pathlib import Path
 
 from tfopt._signals import sigterm_raises
-from tfopt._supervisor import die_with_parent, stop_processes
+from tfopt._supervisor import (
+    WorkerStartError,
+    die_with_parent,
+    start_failure,
+    stop_processes,
+    worker_context,
+)
 from tfopt.errors import TfoptError
 from tfopt.records.convert.journal import Journal
 from tfopt.records.sources.images import single_threaded_decodes
@@ -103,13 +111,17 @@ def run_tasks(tasks, dst: Path, workers: int, journal: Journal, done: dict, bar)
         with lock:
             return todo.popleft() if todo else None
 
-    # spawn: fork is unsafe after TensorFlow (or any threads) started in this process
-    context = multiprocessing.get_context("spawn")
-    queue, stop = context.Queue(), context.Event()
+    # spawn (fork is unsafe after TensorFlow, or any thread, started in this process); the
+    # workers do not import the caller's __main__ (a script without a main guard, python -)
+    context = worker_context()
+    try:
+        queue, stop = context.Queue(), context.Event()
+        executor = concurrent.futures.ProcessPoolExecutor(
+            workers - 1, mp_context=context, initializer=_init_worker,
+            initargs=(queue, stop, os.getpid()))
+    except (OSError, NotImplementedError) as error:  # no semaphores here (/dev/shm), no fork
+        raise _cannot_start(error) from None
     local = _LocalWriter(next_task, dst, queue.put, stop.is_set)
-    executor = concurrent.futures.ProcessPoolExecutor(
-        workers - 1, mp_context=context, initializer=_init_worker,
-        initargs=(queue, stop, os.getpid()))
     in_flight: set = set()
     try:
         local.start()
@@ -117,7 +129,10 @@ def run_tasks(tasks, dst: Path, workers: int, journal: Journal, done: dict, bar)
             # one running and one queued task per process: no process waits between shards
             while len(in_flight) < 2 * (workers - 1) and (task := next_task()) is not None:
                 with _signals_held():  # submit starts the worker processes
-                    in_flight.add(executor.submit(_worker_write_shard, task, str(dst)))
+                    try:
+                        in_flight.add(executor.submit(_worker_write_shard, task, str(dst)))
+                    except OSError as error:  # fork or exec refused (process limit, memory)
+                        raise _cannot_start(error) from None
             if not in_flight and local.finished:
                 break
             completed, in_flight = concurrent.futures.wait(
@@ -128,19 +143,32 @@ def run_tasks(tasks, dst: Path, workers: int, journal: Journal, done: dict, bar)
                 finished(result)
             _drain(queue, bar)
         _drain(queue, bar)
-    except concurrent.futures.process.BrokenProcessPool as error:
-        _stop_all(stop, local, executor)
+    except concurrent.futures.process.BrokenProcessPool:
+        processes = _stop_all(stop, local, executor)
+        code = start_failure(processes)
+        if code is not None:
+            raise WorkerStartError(
+                f"the shard-writing worker processes cannot start here (one ended with exit "
+                f"code {code} before writing; its own error, if any, is printed above); the "
+                "shards finished so far are kept: run again with --resume --workers 1 "
+                "(resume=True, workers=1) to write the rest in this process") from None
         raise WorkerDied(
             "a shard-writing process died (killed, or out of memory?); the shards finished so "
-            "far are kept: run again with --resume. When calling tfopt.convert from a script, "
-            "put the call under  if __name__ == '__main__':  (worker processes are spawned and "
-            "re-import the script)") from error
+            "far are kept: run again with --resume") from None
     except BaseException:
         _stop_all(stop, local, executor)
         raise
     # every shard is in: let the idle workers exit on their own (a TensorFlow teardown, where
     # one decoded images, takes ~0.5 s) instead of making the caller wait for it
     executor.shutdown(wait=False)
+
+
+def _cannot_start(error: BaseException) -> WorkerStartError:
+    reason = getattr(error, "strerror", None) or str(error) or type(error).__name__
+    return WorkerStartError(
+        f"cannot start the shard-writing worker processes ({reason}); the shards finished so "
+        "far are kept: run again with --resume --workers 1 (resume=True, workers=1) to write "
+        "them in this process")
 
 
 class WorkerDied(TfoptError):
@@ -206,12 +234,14 @@ def _signals_held():
             signal.raise_signal(signum)
 
 
-def _stop_all(stop, local: _LocalWriter, executor) -> None:
+def _stop_all(stop, local: _LocalWriter, executor) -> list:
+    """Stop the local writer and the worker processes; return the processes, reaped."""
     stop.set()
     processes = list((getattr(executor, "_processes", None) or {}).values())
     executor.shutdown(wait=False, cancel_futures=True)
     local.join()
     stop_processes(processes, _STOP_GRACE_S)
+    return processes
 
 
 class _LocalWriter(threading.Thread):
