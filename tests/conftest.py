@@ -167,7 +167,7 @@ def manifest_specs(dataset: Path) -> dict:
     return {spec.name: spec for spec in read_manifest(dataset).features}
 
 
-def pipeline_columns(dataset: Path, split=None, **kwargs) -> tuple[dict, np.ndarray | None]:
+def pipeline_columns(dataset: Path, split="train", **kwargs) -> tuple[dict, np.ndarray | None]:
     """Every feature and the label of a split, read through tfopt's own pipeline."""
     import tfopt
 

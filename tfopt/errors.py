@@ -38,6 +38,29 @@ class DatasetError(TfoptError):
     """A dataset folder or TFRecord file is missing, incomplete or inconsistent."""
 
 
+class MissingSplitError(DatasetError):
+    """A dataset has no split of the name asked for: given as ``split=``, or ``"validation"``,
+    which an evaluation pipeline reads when no split is given.
+
+    Catch this, not :class:`DatasetError`, to fall back to another split: a DatasetError may
+    also be an unreadable shard or an incomplete dataset.
+
+    Attributes:
+        path: The dataset folder.
+        split: The split asked for.
+        available: The splits the dataset has.
+    """
+
+    def __init__(self, path, split: str, available, message: str):
+        self.path = str(path)
+        self.split = split
+        self.available = list(available)
+        super().__init__(message)
+
+    def __reduce__(self):
+        return type(self), (self.path, self.split, self.available, str(self))
+
+
 class OutputExistsError(TfoptError):
     """The output folder holds data and neither --overwrite nor --resume was given."""
 

@@ -21,7 +21,7 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from tfopt.errors import DatasetError, InvalidArgumentError
+from tfopt.errors import DatasetError, InvalidArgumentError, MissingSplitError
 from tfopt.records.format.framing import gzip_expansion
 from tfopt.records.format.schema_sample import (
     FeatureInfo,
@@ -50,6 +50,9 @@ SAMPLE_FILES = 256
 # With a manifest the schema is known: the sample only measures images (one per shard, of
 # up to 64 shards spread over the split).
 MANIFEST_SAMPLE_RECORDS = 64
+# The splits convert writes (tfopt.records.convert.plan): a training pipeline given no split
+# reads the first, an evaluation pipeline the second
+TRAIN_SPLIT, VALIDATION_SPLIT = "train", "validation"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,13 +131,16 @@ def resolve_source(source, *, split: str | None = None, image_key: str | None = 
     Args:
         source: A tfopt dataset folder (manifest), a list of TFRecord files, or a glob.
         split: The manifest split to read. Defaults to "train" when training, else
-            "validation" if the dataset has one, else "train".
+            "validation" (never the training split in its place: pass ``split="train"`` to
+            evaluate on it).
         image_key: The encoded-image feature. Defaults to the manifest's or the inferred one.
         label_key: The label feature. Defaults to the manifest's or the inferred one.
         training: Whether the pipeline is for training (only picks the default split).
 
     Raises:
-        tfopt.DatasetError: No files, an incomplete dataset, or an unknown split.
+        tfopt.errors.MissingSplitError: The dataset has no such split (a DatasetError): the
+            one given, or "validation" for an evaluation pipeline given no split.
+        tfopt.DatasetError: No files, or an incomplete dataset.
         tfopt.InvalidArgumentError: ``image_key`` or ``label_key`` is not a feature.
     """
     try:
@@ -232,9 +238,17 @@ def _files_of(source, split, training) -> tuple[Manifest | None, list[str], Path
         # the folder is refused (as every command does) and the files are named instead
         raise DatasetError(f"{error}; {folder_hint(path)}") from None
     if split is None:
-        split = "train" if training or "validation" not in manifest.splits else "validation"
+        split = TRAIN_SPLIT if training else VALIDATION_SPLIT
+        if split not in manifest.splits:  # never the training split in its place, unasked
+            raise MissingSplitError(
+                path, split, manifest.splits,
+                f"{path}: has no {split!r} split (it has: {', '.join(manifest.splits)}), which "
+                "an evaluation pipeline (training=False) reads when no split is given: pass "
+                "split='train' (--split train) to evaluate on the training data, or convert "
+                "again with val_fraction= (--val-fraction 0.1) to hold out a validation split")
     if split not in manifest.splits:
-        raise DatasetError(f"{path}: no split {split!r}; it has: {', '.join(manifest.splits)}")
+        raise MissingSplitError(path, split, manifest.splits,
+                                f"{path}: no split {split!r}; it has: {', '.join(manifest.splits)}")
     shards = manifest.splits[split].shards
     if not any(shard.num_records for shard in shards):  # no batch, no schema sample, no steps
         what = (f"has no shards in its {MANIFEST_NAME}" if not shards
