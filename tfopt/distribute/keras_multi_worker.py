@@ -23,7 +23,7 @@ logger = logging.getLogger("tfopt")
 __all__ = ["TESTED_KERAS", "fix_keras_multi_worker"]
 
 # Keras releases (major.minor) on which the two-worker tests pass with the fix applied.
-TESTED_KERAS = ("3.15",)
+TESTED_KERAS = ("3.14", "3.15")
 
 # Set on the patched trainer class, so a second call does nothing.
 _MARK = "_tfopt_multi_worker_fix"
