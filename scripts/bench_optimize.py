@@ -300,7 +300,7 @@ def first_epoch_here(case: Case, name: str, seconds: float, autotune: bool) -> d
     the original, whichever pipeline it then times, so that each timed first epoch follows the
     same history: the analysis has already started TensorFlow's threads and grown the memory
     allocator's heap, which a first epoch in a fresh process otherwise pays for."""
-    result = tfopt.optimize_with_report(case.original(), seconds=seconds)
+    result = tfopt.optimize(case.original(), seconds=seconds, report=True)
     dataset = timed_as({"original": case.original, "again": case.original,
                         "tuned": case.tuned, "optimize": lambda: result.dataset}[name](),
                        autotune)
@@ -365,7 +365,7 @@ def run_case(case: Case, rounds: int, seconds: float, measure_s: float,
 
     Summed, not a median of epochs: the sum is the rate a training run of many epochs gets.
     Each epoch is timed to its last element: its iterator's release, which autotuning now and
-    then holds for seconds (README, "An epoch's end"), is left out (measure.whole_passes).
+    then holds for seconds (docs/benchmarks.md, "An epoch's end"), is left out (measure.whole_passes).
     Where optimize returns the very object it was given, that pipeline is the original: it is
     not timed again, and its rates are the original's.
 
@@ -393,7 +393,7 @@ def run_case(case: Case, rounds: int, seconds: float, measure_s: float,
             datasets["tuned"] = case.tuned()
         given = case.original()
         start = time.perf_counter()
-        result = tfopt.optimize_with_report(given, seconds=seconds)
+        result = tfopt.optimize(given, seconds=seconds, report=True)
         optimize_s.append(time.perf_counter() - start)
         analyse_s.append(result.analysis.seconds)
         bottlenecks.append(result.analysis.bottleneck)

@@ -29,5 +29,5 @@ tfopt inspect "$DEMO/shards" --fast
 echo "== tfopt bench pipeline (training, 224 px, 2 epochs, 3 alternating runs)" >&2
 echo "   epoch 1 fills the cache (the first fill in a fresh process runs below the guide's" >&2
 echo "   pace: new memory), epoch 2 reads from it; on a busy machine single runs vary by" >&2
-echo "   tens of percent: the README's figures are medians of 5-7 runs (its commands)" >&2
+echo "   tens of percent: docs/benchmarks.md's figures are medians of 5-7 runs (its commands)" >&2
 tfopt bench pipeline "$DEMO/shards" --split train --epochs 2 --repeats 3
