@@ -1,15 +1,15 @@
 """Convert an image folder into verified TFRecord shards and look at what was written.
 
     python examples/convert_images.py PHOTOS_DIR SHARDS_DIR
+    python examples/convert_images.py [--demo-images N]
 
-PHOTOS_DIR is laid out as PHOTOS_DIR/<class>/<image>. Without arguments the script makes a
-small demo folder first. Keep the `if __name__ == "__main__":` guard: convert writes shards in
-spawned worker processes, which import this script again.
+PHOTOS_DIR is laid out as PHOTOS_DIR/<class>/<image>. Without them the script makes a small
+demo folder first (300 images, or N) in a new temporary folder, and converts that.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 import tempfile
 from pathlib import Path
 
@@ -39,9 +39,17 @@ def main(photos: Path, shards: Path) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3:
-        main(Path(sys.argv[1]), Path(sys.argv[2]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("photos", nargs="?", type=Path, help="PHOTOS_DIR/<class>/<image>")
+    parser.add_argument("shards", nargs="?", type=Path, help="the dataset folder to write")
+    parser.add_argument("--demo-images", type=int, default=300,
+                        help="images of the demo folder made without PHOTOS_DIR [default: 300]")
+    args = parser.parse_args()
+    if args.photos is not None and args.shards is not None:
+        main(args.photos, args.shards)
+    elif args.photos is not None:
+        parser.error("give both PHOTOS_DIR and SHARDS_DIR, or neither (demo images)")
     else:
         workspace = Path(tempfile.mkdtemp(prefix="tfopt-example-"))
-        tfopt.make_demo_data(workspace / "photos", count=300)
+        tfopt.make_demo_data(workspace / "photos", count=args.demo_images)
         main(workspace / "photos", workspace / "shards")

@@ -14,7 +14,7 @@ What each worker does:
    `tfopt convert` writes last;
 2. `tfopt.select_strategy()`: `MultiWorkerMirroredStrategy` under `TF_CONFIG`, with tfopt's fix
    that makes Keras 3 `fit` work under it (keras-team/keras#20585), and batch normalisation
-   over the global batch (`tfopt.synchronize_batch_norm`);
+   over the global batch (`tfopt.train.sync_batch_norm.synchronize_batch_norm`);
 3. the pipeline for the global batch (per-worker batch x workers): each worker reads its own
    shards (the builder shards the file list by the worker's place in `TF_CONFIG`; with fewer
    shards than workers, DATA auto-sharding) and the strategy splits every global batch over
@@ -85,7 +85,11 @@ def demo_shards(work: Path, preparing: bool, images: int = DEMO_IMAGES) -> Path:
 def train(shards: Path, work: Path, epochs: int) -> None:
     import keras
 
-    plan = tfopt.plan_strategy()
+    from tfopt.distribute.strategy import plan_strategy
+    from tfopt.train.callbacks import ThroughputCallback
+    from tfopt.train.sync_batch_norm import synchronize_batch_norm
+
+    plan = plan_strategy()
     # before any other TensorFlow work: it sets up the cluster
     strategy = tfopt.select_strategy(plan)
     print(plan.describe(strategy), flush=True)
@@ -103,11 +107,11 @@ def train(shards: Path, work: Path, epochs: int) -> None:
         model = build_model("cnn", image_size=IMAGE_SIZE, classes=classes)
         # batch-norm statistics over the global batch: without it Keras 3 keeps them per
         # replica, and each worker would end with its own moving means and variances
-        tfopt.synchronize_batch_norm(model)
+        synchronize_batch_norm(model)
         model.compile(keras.optimizers.Adam(1e-3),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"], steps_per_execution=2)
-        callbacks = [tfopt.ThroughputCallback(global_batch),
+        callbacks = [ThroughputCallback(global_batch),
                      *tfopt.backup_callbacks(work / "checkpoints", monitor="val_loss")]
         history = model.fit(train_data.build(), epochs=epochs,
                             steps_per_epoch=train_data.steps_per_epoch,

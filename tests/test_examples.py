@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -48,3 +49,66 @@ def test_multi_worker_example_under_tfopt_launch_ends_with_the_same_weights(tmp_
     # normal end
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["best.json",
                                                                             "best.keras"]
+
+
+def _run_example(name, *args, timeout=600):
+    done = subprocess.run([sys.executable, str(EXAMPLES / name), *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert "Traceback" not in done.stderr, done.stderr[-4000:]
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_the_run_example_trains_on_demo_data_and_a_rerun_resumes_its_finished_run(tmp_path):
+    out = _run_example("train_image_classifier.py", "--workdir", tmp_path, "--epochs", "1",
+                       "--demo-images", "120")
+    assert "tfopt.Run on" in out and "last epoch:" in out and "val_accuracy" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "best.json", "best.keras", "history.csv", "images", "shards"]
+    # the same command again: the shards are reused, not converted a second time
+    again = _run_example("train_image_classifier.py", "--workdir", tmp_path, "--epochs", "1")
+    assert "last epoch:" in again
+
+
+@pytest.mark.slow
+def test_the_convert_and_pipeline_examples_run_on_small_data(tmp_path):
+    from tests.conftest import make_image_folder
+
+    photos = make_image_folder(tmp_path / "photos", per_class=8)
+    out = _run_example("convert_images.py", photos, tmp_path / "shards")
+    assert (tmp_path / "shards" / "manifest.json").exists(), out
+    out = _run_example("train_with_pipeline.py", tmp_path / "shards")
+    assert out.strip(), out
+
+
+def _run_in(tmp_path: Path, name: str, *arguments: str) -> subprocess.CompletedProcess:
+    """Run an example as a user would, its temporary folder (tempfile.mkdtemp) in tmp_path."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, str(EXAMPLES / name), *arguments],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "Traceback" not in done.stderr, done.stderr[-4000:]
+    return done
+
+
+@pytest.mark.slow
+def test_the_convert_images_example_converts_inspects_and_verifies(tmp_path):
+    done = _run_in(tmp_path, "convert_images.py", "--demo-images", "40")
+    lines = done.stdout.splitlines()
+    assert re.match(r"40 records in [\d.]+ s \(\d+ records/s\)$", lines[0]), done.stdout
+    assert "splits: train 36 in 1 shards, validation 4 in 1 shards" in lines, done.stdout
+    assert lines[-1] == "verified", done.stdout
+    (workspace,) = tmp_path.glob("tfopt-example-*")  # the demo folder and its shards
+    assert sorted(p.name for p in workspace.iterdir()) == ["photos", "shards"]
+
+
+@pytest.mark.slow
+def test_the_train_with_pipeline_example_trains_and_evaluates_on_the_validation_split(tmp_path):
+    # 50 demo images: one task of demo-data, drawn in this process; 5 of them for validation
+    done = _run_in(tmp_path, "train_with_pipeline.py", "--demo-images", "50", "--epochs", "1")
+    assert "cache        final (memory)" in done.stdout, done.stdout  # the pipeline's choices
+    last = done.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"validation accuracy after 1 epoch\(s\): [01]\.\d{3}", last), last
+

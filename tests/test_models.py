@@ -7,6 +7,8 @@ import pytest
 
 import tfopt
 from tfopt.errors import InvalidArgumentError
+from tfopt.models import build_model
+from tfopt.train.precision import check_model_precision
 
 
 def test_built_in_models_take_uint8_and_give_float32_logits(float32_policy):
@@ -18,12 +20,12 @@ def test_built_in_models_take_uint8_and_give_float32_logits(float32_policy):
     logits = cnn(batch)
     assert tuple(logits.shape) == (2, 5) and logits.dtype.name == "float32"
     assert cnn.get_layer("stage1_a_conv").compute_dtype == "bfloat16"
-    assert tfopt.check_model_precision(cnn) == []
+    assert check_model_precision(cnn) == []
     mlp = build_model("mlp", image_size=32, classes=3)
     assert tuple(mlp(batch).shape) == (2, 3)
-    with pytest.raises(tfopt.InvalidArgumentError, match="cnn, mlp"):
+    with pytest.raises(InvalidArgumentError, match="cnn, mlp"):
         build_model("vit")
-    with pytest.raises(tfopt.InvalidArgumentError, match="image_size"):
+    with pytest.raises(InvalidArgumentError, match="image_size"):
         build_model("cnn", image_size=8)
 
 
@@ -42,4 +44,4 @@ def test_tiny_models_are_compiled_and_named_for_tuning():
         assert model.name == f"tfopt_tune_{name}" and model.optimizer is not None
         assert tuple(model(np.zeros((2, 8, 8, 3), np.uint8)).shape) == (2, 4)
     with pytest.raises(InvalidArgumentError, match="size='huge'"):
-        tfopt.build_model("cnn", size="huge")
+        build_model("cnn", size="huge")

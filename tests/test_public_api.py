@@ -37,4 +37,23 @@ def test_analyze_is_the_function_even_after_its_package_is_imported():
     import tfopt.analysis.report  # noqa: F401
 
     assert callable(tfopt.analyze) and tfopt.analyze.__name__ == "analyze"
-    assert tfopt.PipelineReport.__module__ == "tfopt.analysis.report"
+    assert tfopt.analyze.__module__ == "tfopt.analysis.analyze"
+
+
+def test_the_public_api_is_small_enough_to_hold_in_your_head():
+    # everything else is imported from the module that defines it
+    assert len(tfopt.__all__) <= 25, tfopt.__all__
+    assert len(set(tfopt.__all__)) == len(tfopt.__all__)
+
+
+def test_every_public_name_has_a_docstring_whose_first_line_says_what_it_does():
+    for name in tfopt.__all__:
+        if name == "__version__":
+            continue  # a str
+        value = getattr(tfopt, name)
+        doc = value.__doc__ or ""
+        first = doc.strip().split("\n", 1)[0].strip()
+        summary = " ".join(doc.strip().split("\n\n", 1)[0].split())  # may wrap over lines
+        # a dataclass without a docstring gets its signature, "Name(field: type, ...)"
+        assert first and not first.startswith(f"{name}("), (name, doc)
+        assert len(first.split()) >= 4 and summary.endswith("."), (name, summary)

@@ -20,7 +20,7 @@ def plot_format(path) -> str:
     """``"svg"`` or ``"png"``, from ``path``'s suffix (any case).
 
     Raises:
-        tfopt.InvalidArgumentError: Another suffix (the message names the path and the valid
+        tfopt.errors.InvalidArgumentError: Another suffix (the message names the path and the valid
             suffixes).
     """
     suffix = Path(path).suffix.lower()
@@ -45,7 +45,7 @@ def new_figure(path, size: tuple[float, float], **options):
     was) and nothing is left open in pyplot's registry.
 
     Raises:
-        tfopt.InvalidArgumentError: matplotlib is not installed (the message names the path).
+        tfopt.errors.InvalidArgumentError: matplotlib is not installed (the message names the path).
     """
     try:
         from matplotlib.figure import Figure

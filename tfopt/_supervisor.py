@@ -11,7 +11,8 @@ The parent-death signal is set by a tiny Python program that runs first in the c
 executes the command (``prctl(PR_SET_PDEATHSIG)`` survives ``execve``), not by ``preexec_fn``:
 Python code between fork and exec is unsafe in a parent with threads (TensorFlow's, output
 readers). A child started by someone else (``multiprocessing``) calls :func:`die_with_parent`
-itself.
+itself; :func:`worker_context` is the ``multiprocessing`` context such pools start from (spawn,
+and the children do not run the caller's ``__main__`` again).
 
 Example:
     >>> with Supervisor(grace_seconds=5) as supervisor:
@@ -27,6 +28,7 @@ import contextlib
 import errno
 import logging
 import math
+import multiprocessing.context
 import os
 import shutil
 import signal
@@ -34,10 +36,12 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Mapping, Sequence
 
 from tfopt._system import parent_death_signal
 from tfopt._validate import fail, number
+from tfopt.errors import TfoptError
 
 logger = logging.getLogger("tfopt")
 
@@ -140,6 +144,106 @@ def stop_processes(processes: Sequence, grace_seconds: float = DEFAULT_GRACE_SEC
         if signal_step == "terminate":
             logger.info("%d worker process(es) still running %.1f s after SIGTERM: killing "
                         "them", sum(process.is_alive() for process in processes), grace)
+
+
+# -- multiprocessing pools whose children do not run the caller's __main__ -------------------
+#
+# multiprocessing's spawn start sends each child the name (``__spec__``) or path (``__file__``)
+# of the parent's main module, and the child imports it again, as ``__mp_main__``, before it
+# runs anything (``multiprocessing.spawn.get_preparation_data`` and ``prepare``), so that a
+# function defined in the main script can be unpickled there. tfopt's workers run functions of
+# tfopt's own modules on plain arguments and need none of it, while importing it breaks them:
+# a script without an ``if __name__ == "__main__":`` guard would start the work again in every
+# child (multiprocessing refuses: RuntimeError, then BrokenProcessPool in the parent), and a
+# script read from stdin (``python -``, whose ``__file__`` is "<stdin>") has no file to import.
+# So the children are started while ``sys.modules["__main__"]`` is a copy of the main module
+# without its name and path: the preparation data then names no main module (as under
+# ``python -c`` or in Jupyter), and the child keeps its own.
+
+
+class WorkerStartError(TfoptError):
+    """Worker processes cannot be started here (the message says why and what to do)."""
+
+
+_MAIN_SWAP_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _main_module_hidden():
+    """While the block runs, ``sys.modules["__main__"]`` names no module to import again.
+
+    The stand-in holds the main module's objects (a copy of its namespace), so that another
+    thread looking a name up in ``__main__`` meanwhile (pickle does, for a class defined there)
+    still finds it. It is in place for the start of one child: a few milliseconds.
+    """
+    with _MAIN_SWAP_LOCK:
+        main = sys.modules.get("__main__")
+        if main is None or (getattr(getattr(main, "__spec__", None), "name", None) is None
+                            and getattr(main, "__file__", None) is None):
+            yield  # nothing to import again: python -c, a Jupyter kernel, an embedded one
+            return
+        stand_in = types.ModuleType("__main__")
+        stand_in.__dict__.update(getattr(main, "__dict__", {}))
+        stand_in.__dict__.pop("__file__", None)
+        stand_in.__dict__.pop("__cached__", None)
+        stand_in.__spec__ = None
+        sys.modules["__main__"] = stand_in
+        try:
+            yield
+        finally:
+            if sys.modules.get("__main__") is stand_in:
+                sys.modules["__main__"] = main
+
+
+class _SpawnProcessWithoutMain(multiprocessing.context.SpawnProcess):
+    """A spawned process that does not import the parent's ``__main__`` (see above)."""
+
+    @staticmethod
+    def _Popen(process_obj):
+        with _main_module_hidden():
+            return multiprocessing.context.SpawnProcess._Popen(process_obj)
+
+
+class _SpawnContextWithoutMain(multiprocessing.context.SpawnContext):
+    Process = _SpawnProcessWithoutMain
+
+
+_WORKER_CONTEXT = _SpawnContextWithoutMain()
+
+
+def worker_context() -> multiprocessing.context.BaseContext:
+    """The ``multiprocessing`` context of tfopt's worker pools (convert, demo-data).
+
+    Spawn (fork is unsafe once TensorFlow, or any thread, runs in this process), with children
+    that do not import the caller's main module again: tfopt works from a script without an
+    ``if __name__ == "__main__":`` guard, from ``python -`` and ``python -c``, and in Jupyter.
+    Only for workers whose functions and arguments come from importable modules (tfopt's):
+    nothing defined in ``__main__`` can be unpickled in these children.
+
+    Example:
+        >>> ProcessPoolExecutor(4, mp_context=worker_context())
+    """
+    return _WORKER_CONTEXT
+
+
+def start_failure(processes: Sequence) -> int | None:
+    """The exit code of the first of these stopped pool workers that ended by itself, or None.
+
+    A pool's worker ends by itself only when it could not start working: its interpreter did
+    not start, or not as Python (``multiprocessing.set_executable``, an embedded interpreter),
+    an import failed, or the pool's initializer raised. An exception in the work comes back as
+    the task's result instead, and a worker killed (the OOM killer, ``kill``, this process
+    stopping it) reports a signal (a negative code). So a code >= 0 means that workers cannot
+    start here, and None that one was killed.
+
+    Args:
+        processes: ``multiprocessing.Process`` objects, every one stopped (joined).
+    """
+    for process in processes:
+        code = process.exitcode
+        if code is not None and code >= 0:
+            return code
+    return None
 
 
 def _resolve(program: str, env: Mapping[str, str] | None, cwd=None) -> str:

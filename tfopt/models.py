@@ -159,7 +159,7 @@ def build_model(name: str = "cnn", image_size: int = DEFAULT_IMAGE_SIZE, classes
         A ``keras.Model`` whose output is ``(batch, classes)`` float32 logits.
 
     Raises:
-        tfopt.InvalidArgumentError: An unknown name or size, or a side or class count out of
+        tfopt.errors.InvalidArgumentError: An unknown name or size, or a side or class count out of
             range.
 
     Example:
@@ -185,7 +185,7 @@ def compile_model(model, *, steps_per_execution: int = 1, metrics=()) -> None:
         metrics: Keras metrics, e.g. ``["accuracy"]``. Defaults to none.
 
     Raises:
-        tfopt.InvalidArgumentError: ``steps_per_execution`` below 1.
+        tfopt.errors.InvalidArgumentError: ``steps_per_execution`` below 1.
     """
     import keras
 

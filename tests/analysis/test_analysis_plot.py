@@ -11,10 +11,10 @@ import xml.etree.ElementTree as ElementTree
 import pytest
 from click.testing import CliRunner
 
-import tfopt
 from tfopt.analysis import advice
 from tfopt.analysis.plot import stage_rates
 from tfopt.analysis.report import PipelineReport, Stage
+from tfopt.errors import InvalidArgumentError
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -148,20 +148,20 @@ def test_png_and_the_suffix_decides(report, tmp_path):
 
 def test_a_png_without_matplotlib_says_how_to_get_it(report, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # importing it fails
-    with pytest.raises(tfopt.InvalidArgumentError, match=r"--plot .*pipeline\.png.*tfopt\[plot\]"):
+    with pytest.raises(InvalidArgumentError, match=r"--plot .*pipeline\.png.*tfopt\[plot\]"):
         report.plot(tmp_path / "pipeline.png")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_another_suffix_names_the_path(report, tmp_path):
     path = tmp_path / "pipeline.pdf"
-    with pytest.raises(tfopt.InvalidArgumentError, match=r"pipeline\.pdf.*\.svg or \.png"):
+    with pytest.raises(InvalidArgumentError, match=r"pipeline\.pdf.*\.svg or \.png"):
         report.plot(path)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_report_without_stages_is_refused(tmp_path):
-    with pytest.raises(tfopt.InvalidArgumentError, match="no stages"):
+    with pytest.raises(InvalidArgumentError, match="no stages"):
         report_of([], cores=2, measured=1.0).plot(tmp_path / "empty.svg")
     assert list(tmp_path.iterdir()) == []
 

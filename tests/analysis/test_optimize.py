@@ -12,7 +12,7 @@ import tfopt
 from tfopt.analysis import analyze as analyze_module
 from tfopt.analysis import optimize as optimize_module
 from tfopt.analysis import tfapi
-from tfopt.errors import UnsupportedDatasetError
+from tfopt.errors import InvalidArgumentError, UnsupportedDatasetError
 
 # the analysis's verdicts rest on measured rates: no other test beside them (scripts/test.sh)
 pytestmark = pytest.mark.alone
@@ -61,7 +61,7 @@ def forced(dataset, kinds_and_stages):
 
 def test_a_sequential_lookup_map_is_parallelised_and_yields_the_same_in_order():
     dataset = lookup_pipeline()
-    result = tfopt.optimize_with_report(dataset, seconds=3.0, cores=2)
+    result = tfopt.optimize(dataset, seconds=3.0, cores=2, report=True)
     planned = [c.kind for c in result.changes] + [c.kind for c in result.skipped]
     assert "parallelize" in planned, result.describe()
     assert result.analysis.bottleneck == "lookup"
@@ -124,7 +124,7 @@ def test_random_stages_are_not_parallelised_and_a_seeded_shuffle_keeps_its_order
     dataset = (tf.data.Dataset.range(10**4).shuffle(500, seed=7, name="mix")
                .map(lambda x: slow(x) + tf.random.uniform([], seed=3), name="noisy")
                .batch(16))
-    result = tfopt.optimize_with_report(dataset, seconds=2.0, cores=2)
+    result = tfopt.optimize(dataset, seconds=2.0, cores=2, report=True)
     skipped = {c.stage: c.message for c in result.skipped if c.kind == "parallelize"}
     assert "RandomUniform" in skipped["noisy"]
     assert "noisy" not in [c.stage for c in result.changes]
@@ -138,7 +138,7 @@ def test_python_stages_are_left_alone_and_said():
     dataset = (tf.data.Dataset.range(10**5)
                .map(lambda x: tf.py_function(lambda v: v + 1, [x], tf.int64), name="py")
                .batch(32))
-    result = tfopt.optimize_with_report(dataset, seconds=1.5, cores=2)
+    result = tfopt.optimize(dataset, seconds=1.5, cores=2, report=True)
     assert "py" not in [c.stage for c in result.changes if c.kind == "parallelize"]
     assert any(c.stage == "py" and "Python" in c.message for c in result.skipped)
 
@@ -150,7 +150,7 @@ def test_from_generator_and_keras_layers_are_analysed():
     resize = keras.layers.Resizing(8, 8)
     dataset = (generator.map(lambda x: tf.fill([16, 16, 3], tf.cast(x, tf.float32)))
                .map(lambda image: rescale(resize(image)), name="keras_layers").batch(4))
-    result = tfopt.optimize_with_report(dataset, seconds=1.5, cores=2)
+    result = tfopt.optimize(dataset, seconds=1.5, cores=2, report=True)
     assert [s.label for s in result.analysis.stages if s.python] == ["flatMap#1"]
     np.testing.assert_allclose(np.concatenate(list(result.dataset.as_numpy_iterator())),
                                np.concatenate(list(dataset.as_numpy_iterator())))
@@ -158,7 +158,7 @@ def test_from_generator_and_keras_layers_are_analysed():
 
 def test_an_infinite_repeat_is_optimised_within_the_budget():
     dataset = lookup_pipeline(40).repeat()
-    result = tfopt.optimize_with_report(dataset, seconds=2.0, cores=2)
+    result = tfopt.optimize(dataset, seconds=2.0, cores=2, report=True)
     assert result.seconds < 8
     assert plain(next(iter(result.dataset))) == plain(next(iter(dataset)))
 
@@ -176,10 +176,10 @@ def test_zip_and_concatenate_are_refused_in_one_line_naming_the_op(join, op):
 
 def test_determinism_is_only_turned_off_when_asked():
     dataset = lookup_pipeline(40)
-    kept = tfopt.optimize_with_report(dataset, seconds=1.0, cores=2)
+    kept = tfopt.optimize(dataset, seconds=1.0, cores=2, report=True)
     assert kept.dataset.options().deterministic is not False
     assert "deterministic" not in [c.kind for c in kept.changes]
-    loose = tfopt.optimize_with_report(dataset, seconds=1.0, cores=2, deterministic=False)
+    loose = tfopt.optimize(dataset, seconds=1.0, cores=2, deterministic=False, report=True)
     assert loose.dataset.options().deterministic is False
     assert sorted(map(str, elements(loose.dataset.unbatch()))) == sorted(
         map(str, elements(dataset.unbatch())))
@@ -188,7 +188,7 @@ def test_determinism_is_only_turned_off_when_asked():
 def test_a_good_pipeline_comes_back_unchanged():
     dataset = (tf.data.Dataset.range(10**4).shuffle(10**4)
                .map(slow, num_parallel_calls=AUTOTUNE).batch(16).prefetch(AUTOTUNE))
-    result = tfopt.optimize_with_report(dataset, seconds=1.5, cores=2)
+    result = tfopt.optimize(dataset, seconds=1.5, cores=2, report=True)
     assert result.changes == () and result.dataset is dataset
     assert "no rewrite made" in result.describe()
 
@@ -200,7 +200,7 @@ def test_no_prefetch_is_written_after_an_output_tensorflow_runs_ahead():
     ahead.experimental_optimization.inject_prefetch = False
     dataset = (tf.data.Dataset.range(2000).map(slow, num_parallel_calls=AUTOTUNE)
                .batch(16).with_options(ahead))
-    result = tfopt.optimize_with_report(dataset, seconds=1.5, cores=2)
+    result = tfopt.optimize(dataset, seconds=1.5, cores=2, report=True)
     assert result.analysis.stages[-1].op.startswith("BatchDataset")  # no prefetch written
     assert "prefetch" not in [c.kind for c in result.changes], result.describe()
     (skipped,) = [c for c in result.skipped if c.kind == "prefetch"]
@@ -211,7 +211,7 @@ def test_a_cache_is_added_below_the_random_stage_and_measured_from_its_second_pa
     dataset = (tf.data.Dataset.range(160).map(slow, num_parallel_calls=AUTOTUNE, name="work")
                .batch(8, name="batches")
                .map(lambda b: b + tf.random.uniform([8]), name="jitter").prefetch(2))
-    result = tfopt.optimize_with_report(dataset, seconds=3.0, cores=2)
+    result = tfopt.optimize(dataset, seconds=3.0, cores=2, report=True)
     (cache,) = [c for c in result.changes if c.kind == "cache"]
     assert cache.stage == "batches"
     assert result.cached_per_s is not None and result.cached_per_s > result.before_per_s
@@ -234,7 +234,7 @@ def test_the_cache_lands_where_the_guide_puts_it_node_for_node():
         return [node.op for node in tfapi.serialize(dataset).node
                 if "Dataset" in node.op and node.op != "OptionsDataset"]
 
-    result = tfopt.optimize_with_report(pipeline(cache=False), seconds=3.0, cores=2)
+    result = tfopt.optimize(pipeline(cache=False), seconds=3.0, cores=2, report=True)
     assert [(c.kind, c.stage) for c in result.changes] == [("cache", "work")], result.describe()
     assert datasets_ops(result.dataset) == datasets_ops(pipeline(cache=True))
     assert "CacheDatasetV2" in datasets_ops(result.dataset)
@@ -253,7 +253,8 @@ def test_keras_fits_an_optimised_dataset():
 
 
 @pytest.mark.parametrize("kwargs, named", [({"seconds": 0}, "seconds"),
-                                          ({"deterministic": "no"}, "deterministic")])
+                                          ({"deterministic": "no"}, "deterministic"),
+                                          ({"report": 1}, "report")])
 def test_bad_arguments_name_the_argument(kwargs, named):
-    with pytest.raises(tfopt.InvalidArgumentError, match=named):
+    with pytest.raises(InvalidArgumentError, match=named):
         tfopt.optimize(tf.data.Dataset.range(3), **kwargs)

@@ -8,6 +8,7 @@ import pytest
 import tfopt
 from tfopt.bench.baselines import guide_dataset, keras_folder_dataset, limit_dataset, naive_dataset
 from tfopt.data.pipeline import PipelineBuilder
+from tfopt.errors import InvalidArgumentError
 
 
 @pytest.fixture(scope="module")
@@ -16,7 +17,7 @@ def source(tmp_path_factory):
     tfopt.make_demo_data(root / "images", count=24, classes=3, min_size=40, max_size=56,
                          workers=1)
     tfopt.convert(root / "images", root / "shards", workers=1, shards=2)
-    return PipelineBuilder(root / "shards", batch_size=4, image_size=16).source
+    return PipelineBuilder(root / "shards", batch_size=4, image_size=16, split="train").source
 
 
 def labels_of(dataset):
@@ -65,17 +66,17 @@ def test_keras_folder_reads_the_image_folder_resized_whole_in_float(tmp_path, ca
 
 
 def test_keras_folder_refuses_what_is_not_a_class_folder(tmp_path):
-    with pytest.raises(tfopt.InvalidArgumentError, match="images=.*missing.*sub-folder per class"):
+    with pytest.raises(InvalidArgumentError, match="images=.*missing.*sub-folder per class"):
         keras_folder_dataset(tmp_path / "missing", 16, 4)
     (tmp_path / "empty" / "cats").mkdir(parents=True)
-    with pytest.raises(tfopt.InvalidArgumentError, match="images=.*empty"):
+    with pytest.raises(InvalidArgumentError, match="images=.*empty"):
         keras_folder_dataset(tmp_path / "empty", 16, 4)
 
 
 def test_bad_values_name_the_argument(source):
-    with pytest.raises(tfopt.InvalidArgumentError, match="crop='middle'"):
+    with pytest.raises(InvalidArgumentError, match="crop='middle'"):
         naive_dataset(source, 16, 4, crop="middle")
-    with pytest.raises(tfopt.InvalidArgumentError, match="pixels='float16'"):
+    with pytest.raises(InvalidArgumentError, match="pixels='float16'"):
         naive_dataset(source, 16, 4, pixels="float16")
-    with pytest.raises(tfopt.InvalidArgumentError, match="shuffle=1"):
+    with pytest.raises(InvalidArgumentError, match="shuffle=1"):
         naive_dataset(source, 16, 4, shuffle=1)

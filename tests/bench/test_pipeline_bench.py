@@ -138,7 +138,7 @@ def test_keras_folder_needs_an_image_folder(tmp_path):
     report = run_pipeline_bench(settings, methods=None)
     assert "keras-folder" not in report.results
     assert any("keras-folder left out" in note for note in report.notes)
-    with pytest.raises(tfopt.InvalidArgumentError, match="keras-folder.*images="):
+    with pytest.raises(InvalidArgumentError, match="keras-folder.*images="):
         run_pipeline_bench(settings, methods=["keras-folder", "tfopt"])
     moved = BenchSettings(shards, batch_size=8, image_size=16, repeats=1, max_batches=1,
                           images=tmp_path / "moved")
@@ -183,10 +183,14 @@ def test_an_epoch_is_the_whole_pass_when_the_batch_does_not_divide_it(demo_shard
 
 
 def test_eval_settings_and_the_cli_json(demo_shards):
-    result = CliRunner().invoke(cli, ["bench", "pipeline", str(demo_shards), "--eval",
-                                      "--batch-size", "16", "--image-size", "32", "--repeats",
-                                      "1", "--max-batches", "2", "--methods", "guide,tfopt",
-                                      "--json", "-q"])
+    # no validation split: evaluating the training split is asked for, never a silent fallback
+    options = ["--eval", "--batch-size", "16", "--image-size", "32", "--repeats", "1",
+               "--max-batches", "2", "--methods", "guide,tfopt", "--json", "-q"]
+    refused = CliRunner().invoke(cli, ["bench", "pipeline", str(demo_shards), *options])
+    assert refused.exit_code == 1 and "has no 'validation' split" in refused.output
+    assert "--split train" in refused.output
+    result = CliRunner().invoke(cli, ["bench", "pipeline", str(demo_shards), *options,
+                                      "--split", "train"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert list(data["methods"]) == ["guide", "tfopt"]
@@ -198,7 +202,7 @@ def test_eval_settings_and_the_cli_json(demo_shards):
 @pytest.mark.parametrize("field", [{"max_batches": 0}, {"max_batches": -3}, {"epochs": 0},
                                    {"repeats": 0}])
 def test_bench_settings_refuse_counts_below_one(field):
-    with pytest.raises(tfopt.InvalidArgumentError, match=next(iter(field))):
+    with pytest.raises(InvalidArgumentError, match=next(iter(field))):
         BenchSettings("unused", **field)
 
 

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
-import tfopt
+from tfopt.errors import InvalidArgumentError
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -28,7 +28,7 @@ def test_sweep_svg_is_well_formed(tmp_path):
     assert not list(tmp_path.glob(".*"))  # no temporary file left
     one = ElementTree.fromstring(sweep_svg({64: 100.0}))
     assert len(one.findall(f"{SVG}circle")) == 1
-    with pytest.raises(tfopt.InvalidArgumentError, match="empty"):
+    with pytest.raises(InvalidArgumentError, match="empty"):
         sweep_svg({})
 
 
@@ -41,5 +41,5 @@ def test_sweep_png_and_suffix_dispatch(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     svg = write_sweep_plot(tmp_path / "sweep.svg", sweep)
     assert svg.read_text().lstrip().startswith("<")
-    with pytest.raises(tfopt.InvalidArgumentError, match=r"\.svg or \.png"):
+    with pytest.raises(InvalidArgumentError, match=r"\.svg or \.png"):
         write_sweep_plot(tmp_path / "sweep.pdf", sweep)

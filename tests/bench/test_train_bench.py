@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import make_demo_shards
 
-import tfopt
 from tfopt.cli import cli
+from tfopt.errors import InvalidArgumentError
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -108,11 +108,11 @@ def test_a_short_run_skips_the_trial_and_says_what_one_epoch_measures(shards, fl
 def test_settings_are_validated():
     from tfopt.bench.train import TrainBenchSettings
 
-    with pytest.raises(tfopt.InvalidArgumentError, match="epochs=0"):
+    with pytest.raises(InvalidArgumentError, match="epochs=0"):
         TrainBenchSettings("x", epochs=0)
-    with pytest.raises(tfopt.InvalidArgumentError, match="model='vit'"):
+    with pytest.raises(InvalidArgumentError, match="model='vit'"):
         TrainBenchSettings("x", model="vit")
-    with pytest.raises(tfopt.InvalidArgumentError, match="batch_sizes"):
+    with pytest.raises(InvalidArgumentError, match="batch_sizes"):
         TrainBenchSettings("x", batch_sizes=(32, -1))
     assert TrainBenchSettings("x").replace(epochs=3).epochs == 3
 

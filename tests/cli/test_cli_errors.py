@@ -18,6 +18,8 @@ from conftest import make_image_folder, one_error_line, small_image_dataset
 
 import tfopt
 from tfopt.cli import cli
+from tfopt.errors import InvalidArgumentError
+from tfopt.records.convert.options import ConvertOptions
 
 
 def run(*args):
@@ -123,13 +125,13 @@ def test_out_of_range_option_values_are_usage_errors(dataset, tmp_path, args, op
 
 
 def test_library_checks_the_same_values(dataset, tmp_path):
-    with pytest.raises(tfopt.InvalidArgumentError, match="sample=0"):
+    with pytest.raises(InvalidArgumentError, match="sample=0"):
         tfopt.inspect(dataset, sample=0)
-    with pytest.raises(tfopt.InvalidArgumentError, match="workers=0"):
+    with pytest.raises(InvalidArgumentError, match="workers=0"):
         tfopt.verify(dataset, workers=0)
-    with pytest.raises(tfopt.InvalidArgumentError, match="seed=-1"):
-        tfopt.ConvertOptions(seed=-1)
-    with pytest.raises(tfopt.InvalidArgumentError, match="seed=-1"):
+    with pytest.raises(InvalidArgumentError, match="seed=-1"):
+        ConvertOptions(seed=-1)
+    with pytest.raises(InvalidArgumentError, match="seed=-1"):
         tfopt.make_demo_data(tmp_path / "demo", count=10, seed=-1)
     assert not (tmp_path / "demo").exists()
 

@@ -22,10 +22,11 @@ from tfopt.data.decode import (
 )
 from tfopt.data.pipeline import PipelineBuilder, build_pipeline
 from tfopt.data.plan import CacheMode, DecodeStrategy, choose_decode, records_per_block
+from tfopt.errors import InvalidArgumentError
 
 
 def test_evaluation_yields_every_record_exactly_once_with_its_label(indexed_png_dataset):
-    builder = PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24)
+    builder = PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24, split="train")
     assert builder.choices.decode.strategy is DecodeStrategy.PLAIN  # PNG
     seen = []
     for images, labels in builder.build():
@@ -40,11 +41,12 @@ def test_evaluation_yields_every_record_exactly_once_with_its_label(indexed_png_
 
 def test_a_pass_has_a_known_length_only_where_it_is_sure(indexed_png_dataset, monkeypatch):
     # known: Keras then knows a validation pass's steps (no "ran out of data" warning)
-    evaluation = PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24).build()
+    evaluation = PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24,
+                                 split="train").build()
     assert int(evaluation.cardinality()) == 6 == sum(1 for _ in evaluation)
     unknown = -2  # tf.data.UNKNOWN_CARDINALITY
     skipping = PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24,
-                               skip_corrupt=True)
+                               skip_corrupt=True, split="train")
     assert int(skipping.build().cardinality()) == unknown  # skipped records would shorten it
     training = PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24, training=True)
     assert int(training.build().cardinality()) == -1  # repeats: infinite
@@ -55,13 +57,13 @@ def test_a_pass_has_a_known_length_only_where_it_is_sure(indexed_png_dataset, mo
              "task": {"type": "worker", "index": 0}}))
 
     workers(2)
-    sharded = PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24)
+    sharded = PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24, split="train")
     assert sharded.choices.auto_shard.startswith("by file")
     assert int(sharded.build().cardinality()) == unknown
     # more workers than shards: each filters the whole pass (DATA), whose length it knows, so
     # that Keras's evaluation under the strategy takes exactly its steps
     workers(4)
-    filtered = PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24)
+    filtered = PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24, split="train")
     assert filtered.choices.auto_shard.startswith("DATA")
     dataset = filtered.build()
     assert int(dataset.cardinality()) == 6 == sum(1 for _ in dataset)
@@ -82,19 +84,20 @@ def test_each_worker_reads_its_own_shards_and_the_pipeline_stays_shardable(
         monkeypatch.setenv("TF_CONFIG", json.dumps(
             {"cluster": cluster, "task": {"type": task_type, "index": index}}))
 
-    everything = indices(PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24))
+    everything = indices(PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24,
+                                         split="train"))
     # two workers, three shards: worker 0 reads shards 0 and 2, worker 1 shard 1; nothing twice
     seen = []
     for index in (0, 1):
         tf_config("worker", index)
-        builder = PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24)
+        builder = PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24, split="train")
         assert builder.choices.auto_shard.startswith(f"by file: worker {index} of 2")
         seen.append(indices(builder))
     assert seen[0] and seen[1] and sorted(seen[0] + seen[1]) == everything
     # a chief comes first: chief, worker 0, worker 1 read shards 0, 1, 2
     tf_config("worker", 1, chief=True)
-    assert len(indices(PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24))) in (
-        13, 14)
+    assert len(indices(PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24,
+                                       split="train"))) in (13, 14)
     # what MultiWorkerMirroredStrategy does to a pipeline (training numbers its images for the
     # crop seeds): tf.data's FILE policy refused it ("unshardable source"); with the builder's
     # own file sharding the policy is off and the rewrite passes it through
@@ -109,7 +112,8 @@ def test_plain_decode_matches_a_reference_decode(tmp_path, tf):
     pixels = random_pixels(3, 64, 80)
     folder = folder_of(tmp_path, {"a/x.png": encode_png(pixels)})
     tfopt.convert(folder, tmp_path / "shards", workers=1)
-    images = next(iter(build_pipeline(tmp_path / "shards", 1, image_size=(48, 48))))[0]
+    images = next(iter(build_pipeline(tmp_path / "shards", 1, image_size=(48, 48),
+                                      split="train")))[0]
     crop = pixels[4:60, 12:68]  # a centred square of 87.5 % of the shorter side
     reference = tf.cast(tf.round(tf.image.resize(crop, (48, 48))), tf.uint8).numpy()
     assert np.abs(images[0].numpy().astype(int) - reference.astype(int)).max() <= 1
@@ -121,7 +125,7 @@ def test_jpeg_crop_decode_matches_decoding_everything_then_cropping(tmp_path, tf
     data = encode_jpeg(smooth, quality=95)
     folder = folder_of(tmp_path, {"a/x.jpg": data})
     tfopt.convert(folder, tmp_path / "shards", workers=1)
-    builder = PipelineBuilder(tmp_path / "shards", batch_size=1, image_size=40)
+    builder = PipelineBuilder(tmp_path / "shards", batch_size=1, image_size=40, split="train")
     assert builder.choices.decode.strategy is DecodeStrategy.CROP  # 63 / 2 < 40: no ratio
     got = next(iter(builder.build()))[0][0].numpy().astype(int)
     full = tf.io.decode_jpeg(data, channels=3)
@@ -178,7 +182,7 @@ def test_counting_and_parsing_blocks_hold_about_a_mebibyte_of_records(indexed_pn
     assert records_per_block(68_000, 128) == 15  # JPEG photos: a short wait for the first block
     assert records_per_block(100, 128) == 128  # small records: the most, to amortise the op
     assert records_per_block(50_000_000, 256) == 8  # huge records: still a few per block
-    builder = PipelineBuilder(indexed_png_dataset, batch_size=4, image_size=24)
+    builder = PipelineBuilder(indexed_png_dataset, batch_size=4, image_size=24, split="train")
     expected = records_per_block(builder.source.mean_record_bytes, 128)
     assert f"parse_example once per {expected} records" in builder.choices.describe()
 
@@ -194,7 +198,8 @@ def test_cache_follows_the_ram_budget(indexed_png_dataset, tmp_path):
     assert cache_of(cache=False).cache is CacheMode.NONE
     path = tmp_path / "cache" / "train"
     path.parent.mkdir()
-    builder = PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, cache=str(path))
+    builder = PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, cache=str(path),
+                              split="train")
     for _ in builder.build():
         pass
     assert list(path.parent.iterdir()), "the file cache was not written"
@@ -218,9 +223,10 @@ def test_corrupt_record_names_the_shard_or_is_skipped_and_counted(indexed_png_da
     shard.write_bytes(bytes(data))
     manifest = tfopt.read_manifest(indexed_png_dataset)
     with pytest.raises(tf.errors.InvalidArgumentError, match=shard.name):
-        for _ in build_pipeline(indexed_png_dataset, 8, image_size=24):
+        for _ in build_pipeline(indexed_png_dataset, 8, image_size=24, split="train"):
             pass
-    builder = PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, skip_corrupt=True)
+    builder = PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, skip_corrupt=True,
+                              split="train")
     read = sum(int(images.shape[0]) for images, _ in builder.build())
     lost = builder.corrupt_records
     assert lost > 0 and read + lost == manifest.num_records
@@ -235,9 +241,10 @@ def test_a_first_shard_corrupt_from_its_first_record_is_the_pipelines_to_report(
     data[20] ^= 0x55  # inside the first record
     shard.write_bytes(bytes(data))
     with pytest.raises(tf.errors.InvalidArgumentError, match=shard.name):
-        for _ in build_pipeline(indexed_png_dataset, 8, image_size=24):
+        for _ in build_pipeline(indexed_png_dataset, 8, image_size=24, split="train"):
             pass
-    builder = PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, skip_corrupt=True)
+    builder = PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, skip_corrupt=True,
+                              split="train")
     read = sum(int(images.shape[0]) for images, _ in builder.build())
     assert read > 0 and read + builder.corrupt_records == 40
 
@@ -250,7 +257,7 @@ def test_non_image_data_parses_per_batch_with_exact_values(tmp_path):
               "name": np.asarray([f"row{i}" for i in range(30)])}
     np.savez(tmp_path / "data.npz", **arrays)
     tfopt.convert(tmp_path / "data.npz", tmp_path / "shards", workers=1, shards=2)
-    builder = PipelineBuilder(tmp_path / "shards", batch_size=8)
+    builder = PipelineBuilder(tmp_path / "shards", batch_size=8, split="train")
     rows = {}
     for features, labels in builder.build():
         assert features["pixels"].dtype.name == "uint8" and features["pixels"].shape[1:] == (4, 4)
@@ -374,7 +381,7 @@ def test_device_crop_ships_margin_squares_for_the_model_to_crop(indexed_png_data
     assert images.shape == (8, 27, 27, 3)  # 24 x 256/224, the whole central square
     for image, label in zip(images.numpy(), labels.numpy(), strict=True):
         assert label == int(round(image.mean() / 5)) % 4
-    with pytest.raises(tfopt.InvalidArgumentError, match="random_crop='gpu'"):
+    with pytest.raises(InvalidArgumentError, match="random_crop='gpu'"):
         PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, random_crop="gpu")
 
 
@@ -382,8 +389,8 @@ def test_a_malformed_tf_config_is_named_instead_of_meaning_one_worker(indexed_pn
                                                                       monkeypatch):
     # it used to fall back to one worker silently: every worker then read every shard
     monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["localhost:1"]')
-    with pytest.raises(tfopt.InvalidArgumentError, match="TF_CONFIG"):
-        tfopt.PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24)
+    with pytest.raises(InvalidArgumentError, match="TF_CONFIG"):
+        tfopt.PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24, split="train")
 
 
 def test_camera_photos_are_cached_reduced_and_still_shuffled_within_the_stream(tmp_path):

@@ -15,6 +15,7 @@ import pytest
 
 import tfopt
 from tfopt.data.pipeline import PipelineBuilder
+from tfopt.errors import DatasetError
 from tfopt.records.format.framing import masked_crc32c, read_records
 from tfopt.records.manifest import MANIFEST_NAME
 
@@ -54,13 +55,13 @@ def test_an_overlong_length_is_named_with_its_shard_and_record_before_tensorflow
     shutil.copy(second, elsewhere)
     _overlong_header_at(elsewhere, 1)
     _overlong_header_at(first, 0)
-    with pytest.raises(tfopt.DatasetError) as refused:
-        PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24)
+    with pytest.raises(DatasetError) as refused:
+        PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, split="train")
     assert str(refused.value).startswith(
         f"shard {first}: record 0 at offset 0: truncated record: its length says "
         f"{OVERLONG:,} bytes")
     assert "skip_corrupt=True" in str(refused.value)
-    with pytest.raises(tfopt.DatasetError, match=rf"^shard {elsewhere}: record 1 at offset "
+    with pytest.raises(DatasetError, match=rf"^shard {elsewhere}: record 1 at offset "
                        rf"{_record_offsets(second)[1]}: truncated record"):
         PipelineBuilder([str(elsewhere)], batch_size=8, image_size=24)
 
@@ -77,8 +78,9 @@ def test_skip_corrupt_reads_up_to_an_overlong_length_and_counts_the_rest(indexed
     lost = manifest.shards[0].num_records + manifest.shards[1].num_records - 3
     with caplog.at_level(logging.WARNING, "tfopt"):
         builder = PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24,
-                                  skip_corrupt=True)
-        dataset = tfopt.build_pipeline(indexed_png_dataset, 8, image_size=24, skip_corrupt=True)
+                                  skip_corrupt=True, split="train")
+        dataset = tfopt.build_pipeline(indexed_png_dataset, 8, image_size=24, skip_corrupt=True,
+                                       split="train")
     assert _read_all(builder) == manifest.num_records - lost
     assert builder.corrupt_records == lost
     assert sum(int(images.shape[0]) for images, _ in dataset) == manifest.num_records - lost
@@ -92,12 +94,12 @@ def test_a_damaged_header_is_named_or_its_shard_skipped_from_there(indexed_png_d
     data = bytearray(shard.read_bytes())
     data[_record_offsets(shard)[2] + 3] ^= 0x40  # record 2's length: its CRC fails
     shard.write_bytes(bytes(data))
-    with pytest.raises(tfopt.DatasetError, match=rf"^shard {shard}: record 2 at offset \d+: "
+    with pytest.raises(DatasetError, match=rf"^shard {shard}: record 2 at offset \d+: "
                        "corrupted record: length CRC mismatch"):
-        PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24)
+        PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, split="train")
     with caplog.at_level(logging.WARNING, "tfopt"):
         builder = PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24,
-                                  skip_corrupt=True)
+                                  skip_corrupt=True, split="train")
     assert f"shard {shard}: record 2: corrupted record" in caplog.text
     manifest = tfopt.read_manifest(indexed_png_dataset)
     lost = manifest.shards[1].num_records - 2
@@ -121,20 +123,21 @@ def test_a_shard_with_more_records_than_its_manifest_says_is_refused(indexed_png
     shard = _shards(indexed_png_dataset)[0]
     holds = len(_record_offsets(shard))
     _say_records(indexed_png_dataset, 0, -1)
-    with pytest.raises(tfopt.DatasetError, match=rf"^shard {shard}: holds {holds} records, its "
+    with pytest.raises(DatasetError, match=rf"^shard {shard}: holds {holds} records, its "
                        rf"manifest says {holds - 1}: not the shard the manifest describes"):
         PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24,
-                        skip_corrupt=skip_corrupt)
+                        skip_corrupt=skip_corrupt, split="train")
 
 
 def test_a_shard_cut_at_a_record_boundary_is_named_or_counted_as_lost(indexed_png_dataset):
     shard = _shards(indexed_png_dataset)[2]
     offsets = _record_offsets(shard)
     shard.write_bytes(shard.read_bytes()[:offsets[-2]])  # its last two records gone
-    with pytest.raises(tfopt.DatasetError, match=rf"^shard {shard}: holds {len(offsets) - 2} "
+    with pytest.raises(DatasetError, match=rf"^shard {shard}: holds {len(offsets) - 2} "
                        rf"records, its manifest says {len(offsets)}: the shard was cut short"):
-        PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24)
-    builder = PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, skip_corrupt=True)
+        PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, split="train")
+    builder = PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, skip_corrupt=True,
+                              split="train")
     assert _read_all(builder) == 38 and builder.corrupt_records == 2
 
 
@@ -154,7 +157,7 @@ def test_a_gzip_shard_with_more_records_than_its_manifest_says_is_named_the_righ
     shard = _shards(gzip_dataset)[0]
     holds = sum(1 for _ in read_records(shard, "gzip"))
     _say_records(gzip_dataset, 0, -1)
-    builder = PipelineBuilder(gzip_dataset, batch_size=4, image_size=16)
+    builder = PipelineBuilder(gzip_dataset, batch_size=4, image_size=16, split="train")
     with pytest.raises(tf.errors.InvalidArgumentError) as refused:
         _read_all(builder)
     message = str(refused.value)  # tf.debugging.Assert puts each part in brackets
@@ -168,11 +171,11 @@ def test_a_split_without_shards_or_records_is_named(indexed_png_dataset):
     data = json.loads(path.read_text())
     data["splits"]["validation"] = {"num_records": 0, "num_bytes": 0, "shards": []}
     path.write_text(json.dumps(data))
-    with pytest.raises(tfopt.DatasetError, match=rf"^{indexed_png_dataset}: split 'validation' "
+    with pytest.raises(DatasetError, match=rf"^{indexed_png_dataset}: split 'validation' "
                        r"has no shards in its manifest\.json: nothing to read; choose another "
                        r"split: 'train' \(40 records\)$"):
         PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, split="validation")
-    with pytest.raises(tfopt.DatasetError, match="split 'validation' has no shards"):
+    with pytest.raises(DatasetError, match="split 'validation' has no shards"):
         PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24)  # its default split
 
 
@@ -182,7 +185,7 @@ def test_an_unreadable_shard_is_named(indexed_png_dataset):
     shard = _shards(indexed_png_dataset)[1]
     shard.chmod(0)
     try:
-        with pytest.raises(tfopt.DatasetError,
+        with pytest.raises(DatasetError,
                            match=rf"^{shard}: cannot be read \(Permission denied\)"):
             PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24)
     finally:

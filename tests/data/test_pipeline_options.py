@@ -11,6 +11,7 @@ import pytest
 
 import tfopt
 from tfopt.data.pipeline import PipelineBuilder
+from tfopt.errors import InvalidArgumentError
 
 
 def _labels(dataset) -> list[int]:
@@ -53,18 +54,19 @@ def test_cache_words_and_numbers_are_refused_not_taken_for_file_names(
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    with pytest.raises(tfopt.InvalidArgumentError, match=r"cache=.*expected 'auto', True, False"):
+    with pytest.raises(InvalidArgumentError, match=r"cache=.*expected 'auto', True, False"):
         PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, cache=cache)
     assert list(work.iterdir()) == []
 
 
 def test_a_split_smaller_than_one_batch_with_drop_remainder_is_refused(indexed_png_dataset):
-    with pytest.raises(tfopt.InvalidArgumentError,
+    with pytest.raises(InvalidArgumentError,
                        match=r"batch_size=64 with drop_remainder=True: the source has only 40"):
         PipelineBuilder(indexed_png_dataset, batch_size=64, image_size=24, training=True,
                         drop_remainder=True)
     # without drop_remainder one short batch is an epoch
-    assert PipelineBuilder(indexed_png_dataset, batch_size=64, image_size=24).steps_per_epoch == 1
+    assert PipelineBuilder(indexed_png_dataset, batch_size=64, image_size=24,
+                           split="train").steps_per_epoch == 1
 
 
 @pytest.mark.parametrize("options, named", [
@@ -83,13 +85,13 @@ def test_a_split_smaller_than_one_batch_with_drop_remainder_is_refused(indexed_p
 ])
 def test_bad_options_are_named(indexed_png_dataset, options, named):
     settings = {"batch_size": 8, "image_size": 24, **options}
-    with pytest.raises(tfopt.InvalidArgumentError, match=named):
+    with pytest.raises(InvalidArgumentError, match=named):
         PipelineBuilder(indexed_png_dataset, **settings)
 
 
 def test_numpy_integers_and_a_positional_batch_size_are_taken(indexed_png_dataset):
     builder = PipelineBuilder(indexed_png_dataset, np.int64(8), image_size=np.int64(24),
-                              seed=np.int32(3))
+                              seed=np.int32(3), split="train")
     assert builder.config.batch_size == 8 and builder.config.image_size == (24, 24)
     assert type(builder.config.batch_size) is int and builder.steps_per_epoch == 5
 
@@ -101,7 +103,8 @@ def test_lost_records_count_once_per_shard_however_many_epochs_read_it(indexed_p
     shard.write_bytes(bytes(data))
     builder = PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24,
                               skip_corrupt=True, training=True, seed=1)
-    once = PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, skip_corrupt=True)
+    once = PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, skip_corrupt=True,
+                           split="train")
     read_once = sum(int(images.shape[0]) for images, _ in once.build())
     lost = int(once.corrupt_records)
     assert lost > 0 and read_once + lost == 40
@@ -119,7 +122,7 @@ def test_describe_says_what_happens_to_corruption_without_a_manifest(
                                 image_size=24).choices.describe()
     assert "DataLossError (no manifest to name the shard)" in described
     described = PipelineBuilder(indexed_png_dataset, batch_size=8,
-                                image_size=24).choices.describe()
+                                image_size=24, split="train").choices.describe()
     assert "error naming the shard" in described
 
 
@@ -168,6 +171,6 @@ def test_the_one_call_form_trains_for_whole_epochs_without_steps_per_epoch(
     # the builder still repeats for training, with its steps_per_epoch
     # (the plan resolves repeat; the config keeps what was asked: None)
     assert PipelineBuilder(indexed_png_dataset, 8, training=True, image_size=16).plan.repeat
-    with pytest.raises(tfopt.InvalidArgumentError,
+    with pytest.raises(InvalidArgumentError,
                        match=r"build_pipeline: unknown option\(s\) shuffle; expected one of: "):
         tfopt.build_pipeline(indexed_png_dataset, 8, image_size=16, shuffle=True)

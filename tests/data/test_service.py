@@ -80,7 +80,8 @@ def indexed_dataset(tmp_path_factory):
 
 def test_evaluation_through_the_service_yields_every_record_exactly_once(service,
                                                                           indexed_dataset):
-    builder = PipelineBuilder(indexed_dataset, batch_size=4, image_size=16, service=service)
+    builder = PipelineBuilder(indexed_dataset, batch_size=4, image_size=16, service=service,
+                              split="train")
     assert any("distributed_epoch" in note for note in builder.choices.notes)
     assert "tf.data service" in builder.choices.describe()
     seen = []

@@ -13,6 +13,7 @@ import tfopt
 from tfopt.data.pipeline import PipelineBuilder
 from tfopt.data.plan import CacheMode
 from tfopt.data.source import resolve_source
+from tfopt.errors import DatasetError, InvalidArgumentError
 
 
 def read_all(source, **options):
@@ -67,7 +68,7 @@ def test_a_feature_with_two_types_is_left_out_with_a_warning(tmp_path, tf, caplo
     assert "left out" in warning and "float" in warning and "int64" in warning
     assert "\n" not in warning
     assert set(batches[0][0]) == {"x"} and sum(len(y) for _, y in batches) == 20
-    with pytest.raises(tfopt.InvalidArgumentError, match="feature 'v' cannot be the .* key"):
+    with pytest.raises(InvalidArgumentError, match="feature 'v' cannot be the .* key"):
         PipelineBuilder(str(path), batch_size=4, label_key="v")
 
 
@@ -80,7 +81,7 @@ def test_a_sequence_example_file_is_refused_naming_it(tmp_path, tf):
                 feature_lists=tf.train.FeatureLists(feature_list={"frames": tf.train.FeatureList(
                     feature=[feature_of(tf, [1.0])] * (i + 1))}),
             ).SerializeToString())
-    with pytest.raises(tfopt.DatasetError, match=r"seq.tfrecord: record 0 is not a "
+    with pytest.raises(DatasetError, match=r"seq.tfrecord: record 0 is not a "
                                                   r"tf.train.Example.*SequenceExample"):
         PipelineBuilder(str(path), batch_size=4)
 
@@ -125,7 +126,7 @@ def test_a_folder_without_manifest_is_refused_with_the_glob_to_use(tmp_path, tf)
     for k in range(2):
         write_examples(folder / f"plain-{k}.tfrecord", [{"label": [i % 2]} for i in range(5)], tf)
     (folder / "README.txt").write_text("hello\n")
-    with pytest.raises(tfopt.DatasetError) as caught:
+    with pytest.raises(DatasetError) as caught:
         PipelineBuilder(str(folder), batch_size=4)
     message = str(caught.value)
     assert "no manifest.json" in message and f"'{folder}/*.tfrecord'" in message
@@ -221,14 +222,14 @@ def test_a_bytes_feature_of_mostly_other_values_is_not_taken_for_images(tmp_path
     builder, batches = read_all(str(path))
     assert builder.source.image_key is None  # 7 of 10 are not images: raw bytes, as before
     assert sum(len(labels) for _, labels in batches) == 10
-    with pytest.raises(tfopt.InvalidArgumentError, match="image_key='blob': its values are not"):
+    with pytest.raises(InvalidArgumentError, match="image_key='blob': its values are not"):
         PipelineBuilder(str(path), batch_size=4, image_key="blob", image_size=16)
     # image_size for data without images was ignored without a word
-    with pytest.raises(tfopt.InvalidArgumentError) as caught:
+    with pytest.raises(InvalidArgumentError) as caught:
         PipelineBuilder(str(path), batch_size=4, image_size=16)
     assert str(caught.value).startswith(
         f"image_size=16x16: {path} holds no image feature (its bytes features (blob) hold no "
         "JPEG, PNG, GIF or BMP images in the sampled records); leave image_size out")
     numbers = write_examples(tmp_path / "numbers.tfrecord", [{"x": [1.0], "label": [1]}], tf)
-    with pytest.raises(tfopt.InvalidArgumentError, match=r"no image feature \(it has no bytes"):
+    with pytest.raises(InvalidArgumentError, match=r"no image feature \(it has no bytes"):
         PipelineBuilder(str(numbers), batch_size=4, image_size=16)

@@ -29,6 +29,7 @@ TRAIN_SCRIPT = textwrap.dedent(f"""
     import keras
     import numpy as np
     import tfopt
+    from tfopt.train.sync_batch_norm import synchronize_batch_norm
 
     fix = sys.argv[1] == "fix"
     if fix:
@@ -46,7 +47,7 @@ TRAIN_SCRIPT = textwrap.dedent(f"""
         model.compile(optimizer=keras.optimizers.SGD(0.1), steps_per_execution=2,
                       loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     # batch statistics over the global batch: the same moving statistics on every worker
-    switched = tfopt.synchronize_batch_norm(model) if fix else 0
+    switched = synchronize_batch_norm(model) if fix else 0
     # 9 global batches: the last of the executions of 2 steps has one step
     # the global batch: under the strategy each of the two workers computes half of it
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch({GLOBAL_BATCH})

@@ -166,7 +166,8 @@ for line in sys.stdin:  # one accepted dataset a line, sent as soon as its case 
         count = 0
         # an image size for image datasets only: PipelineBuilder refuses one for other data
         images = tfopt.read_manifest(path).image_key is not None
-        for batch in tfopt.build_pipeline(path, 16, image_size=16 if images else None):
+        for batch in tfopt.build_pipeline(path, 16, image_size=16 if images else None,
+                                          split="train"):
             features = batch[0] if isinstance(batch, tuple) else batch
             first = next(iter(features.values())) if isinstance(features, dict) else features
             count += int(first.shape[0])

@@ -15,6 +15,8 @@ import pytest
 from conftest import feature_values, read_examples
 
 import tfopt
+from tfopt.errors import DatasetError, OutputExistsError
+from tfopt.records.convert.options import ConvertOptions
 from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME
 
 
@@ -68,9 +70,9 @@ def test_resume_after_kill_9_gives_the_records_of_an_uninterrupted_run(tmp_path)
     assert not [pid for pid in workers if _alive(pid)], "orphaned workers still running"
 
     # without --resume the folder is refused, and every command calls it incomplete
-    with pytest.raises(tfopt.OutputExistsError, match="--resume"):
+    with pytest.raises(OutputExistsError, match="--resume"):
         tfopt.convert(src, out, workers=1)
-    with pytest.raises(tfopt.DatasetError, match="incomplete dataset"):
+    with pytest.raises(DatasetError, match="incomplete dataset"):
         tfopt.read_manifest(out)
     incomplete = tfopt.verify(out)
     assert not incomplete.ok and incomplete.problems[0].kind.value == "incomplete"
@@ -105,7 +107,7 @@ def test_resume_redoes_a_journaled_shard_whose_file_was_damaged(image_folder, tm
     from tfopt.records.sources import SourceKind, scan_source
     from tfopt.records.writer import ShardResult
 
-    opts = tfopt.ConvertOptions(**options)
+    opts = ConvertOptions(**options)
     scanned = scan_source(image_folder, SourceKind.IMAGES, label=None, skip_bad=False)
     fingerprint = plan_fingerprint(scanned, opts, plan_shards(scanned, opts))
     lines = [f'{{"journal": 1, "fingerprint": "{fingerprint}"}}']
@@ -126,5 +128,5 @@ def test_resume_refuses_other_options(image_folder, tmp_path):
     tfopt.convert(image_folder, out, workers=1, shards=2)
     (out / MANIFEST_NAME).unlink()
     (out / JOURNAL_NAME).write_text('{"journal": 1, "fingerprint": "other"}\n')
-    with pytest.raises(tfopt.DatasetError, match="another source or other options"):
+    with pytest.raises(DatasetError, match="another source or other options"):
         tfopt.convert(image_folder, out, workers=1, shards=2, resume=True)

@@ -8,18 +8,19 @@ import re
 import pytest
 
 import tfopt
+from tfopt.errors import InvalidArgumentError
 from tfopt.records.convert.options import ConvertOptions
 
 
 def test_invalid_options_name_the_argument():
-    with pytest.raises(tfopt.InvalidArgumentError, match=r"val_fraction=1\.5"):
-        tfopt.ConvertOptions(val_fraction=1.5)
-    with pytest.raises(tfopt.InvalidArgumentError, match="compression='zip' is not one of: none, gzip"):
-        tfopt.ConvertOptions(compression="zip")
-    with pytest.raises(tfopt.InvalidArgumentError, match="on_error"):
-        tfopt.ConvertOptions(on_error="ignore")
-    with pytest.raises(tfopt.InvalidArgumentError, match="exclude each other"):
-        tfopt.ConvertOptions(overwrite=True, resume=True)
+    with pytest.raises(InvalidArgumentError, match=r"val_fraction=1\.5"):
+        ConvertOptions(val_fraction=1.5)
+    with pytest.raises(InvalidArgumentError, match="compression='zip' is not one of: none, gzip"):
+        ConvertOptions(compression="zip")
+    with pytest.raises(InvalidArgumentError, match="on_error"):
+        ConvertOptions(on_error="ignore")
+    with pytest.raises(InvalidArgumentError, match="exclude each other"):
+        ConvertOptions(overwrite=True, resume=True)
 
 
 @pytest.mark.parametrize("field, value, expected", [
@@ -50,7 +51,7 @@ def test_invalid_options_name_the_argument():
 ])
 def test_a_bad_value_names_the_field_the_value_and_what_is_allowed(field, value, expected):
     shown = re.escape(repr(value))
-    with pytest.raises(tfopt.InvalidArgumentError, match=f"^{field}={shown}: expected {expected}"):
+    with pytest.raises(InvalidArgumentError, match=f"^{field}={shown}: expected {expected}"):
         ConvertOptions(**{field: value})
 
 
@@ -70,11 +71,11 @@ def test_workers_keeps_what_was_asked_for():
 
 
 def test_an_unknown_keyword_of_convert_names_it_and_the_valid_ones(tmp_path):
-    with pytest.raises(tfopt.InvalidArgumentError,
+    with pytest.raises(InvalidArgumentError,
                        match=r"convert: unknown option\(s\) shard; expected one of: .*\bshards\b"):
         tfopt.convert(tmp_path / "images", tmp_path / "out", shard=3)
-    with pytest.raises(tfopt.InvalidArgumentError, match="unknown option.*shard"):
+    with pytest.raises(InvalidArgumentError, match="unknown option.*shard"):
         tfopt.convert(tmp_path / "images", tmp_path / "out", ConvertOptions(), shard=3)
-    with pytest.raises(tfopt.InvalidArgumentError, match="options=.*expected a ConvertOptions"):
+    with pytest.raises(InvalidArgumentError, match="options=.*expected a ConvertOptions"):
         tfopt.convert(tmp_path / "images", tmp_path / "out", {"shards": 3})
     assert not (tmp_path / "out").exists()

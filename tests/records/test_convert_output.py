@@ -20,6 +20,7 @@ from conftest import (
 )
 
 import tfopt
+from tfopt.errors import DatasetError, InvalidArgumentError, OutputExistsError, SourceError
 from tfopt.records.convert import output
 from tfopt.records.convert.output import staging_folder
 from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME, read_manifest
@@ -46,7 +47,7 @@ def test_an_overwrite_that_fails_on_a_bad_image_keeps_the_old_dataset(old_datase
     before = _files(old_dataset)
     bad = make_image_folder(tmp_path / "bad", per_class=4)
     _truncate(bad / "dog" / "002.jpg")
-    with pytest.raises(tfopt.SourceError, match="002.jpg"):
+    with pytest.raises(SourceError, match="002.jpg"):
         tfopt.convert(bad, old_dataset, workers=1, shards=3, overwrite=True)
     assert _files(old_dataset) == before
     assert tfopt.verify(old_dataset).ok
@@ -69,7 +70,7 @@ def test_an_interrupted_overwrite_keeps_the_old_dataset_and_resumes(
     staging = staging_folder(old_dataset)
     assert (staging / JOURNAL_NAME).exists() and len(list(staging.glob("*.tfrecord"))) == 2
     # a plain run neither deletes the staged work nor mixes with it
-    with pytest.raises(tfopt.OutputExistsError, match="interrupted --overwrite.*--resume"):
+    with pytest.raises(OutputExistsError, match="interrupted --overwrite.*--resume"):
         tfopt.convert(image_folder, old_dataset, workers=1, **new)
     result = tfopt.convert(image_folder, old_dataset, workers=1, resume=True, **new)
     assert result.resumed_shards == 2
@@ -117,10 +118,10 @@ def test_a_kill_during_the_swap_is_set_right_by_the_next_run(
         with pytest.raises(KeyboardInterrupt):
             tfopt.convert(image_folder, old_dataset, workers=1, overwrite=True, **new)
     if killed_at != "cleaning-up":
-        with pytest.raises(tfopt.DatasetError, match="killed while it replaced"):
+        with pytest.raises(DatasetError, match="killed while it replaced"):
             tfopt.read_manifest(old_dataset)
     # the next run, even one that is refused, first puts the folder right
-    with pytest.raises(tfopt.OutputExistsError):
+    with pytest.raises(OutputExistsError):
         tfopt.convert(image_folder, old_dataset, workers=1, **new)
     assert tfopt.verify(old_dataset).ok
     if killed_at == "cleaning-up":  # the new dataset was complete
@@ -143,7 +144,7 @@ def test_a_destination_inside_the_source_or_around_it_is_refused(image_folder, t
         "same": (image_folder, link),
         "dst-in-src-by-link": (link, image_folder / "out"),
     }[layout]
-    with pytest.raises(tfopt.InvalidArgumentError) as refused:
+    with pytest.raises(InvalidArgumentError) as refused:
         tfopt.convert(src, dst, workers=1)
     message = str(refused.value)
     assert str(src) in message and str(dst) in message and "\n" not in message
@@ -221,7 +222,7 @@ def test_a_second_run_is_refused_while_one_writes_the_staging_folder(
     try:
         fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
         for options in ({"overwrite": True}, {"resume": True}):
-            with pytest.raises(tfopt.OutputExistsError, match="another 'tfopt convert"):
+            with pytest.raises(OutputExistsError, match="another 'tfopt convert"):
                 tfopt.convert(image_folder, old_dataset, workers=1, shards=4, seed=5, **options)
         assert _files(staging) == staged
     finally:
@@ -233,7 +234,7 @@ def test_a_second_run_is_refused_while_one_writes_the_staging_folder(
 def test_existing_output_is_refused_then_replaced_with_overwrite(image_folder, tmp_path):
     out = tmp_path / "out"
     first = tfopt.convert(image_folder, out, workers=1, shards=2)
-    with pytest.raises(tfopt.OutputExistsError, match="--overwrite"):
+    with pytest.raises(OutputExistsError, match="--overwrite"):
         tfopt.convert(image_folder, out, workers=1, shards=2)
     assert read_manifest(out) == first.manifest  # untouched by the refusal
     second = tfopt.convert(image_folder, out, workers=1, shards=3, overwrite=True)
@@ -246,6 +247,6 @@ def test_overwrite_never_deletes_files_tfopt_did_not_write(image_folder, tmp_pat
     out.mkdir()
     (out / "thesis.tex").write_text("precious")
     for kwargs in ({}, {"overwrite": True}):
-        with pytest.raises(tfopt.OutputExistsError, match="thesis.tex"):
+        with pytest.raises(OutputExistsError, match="thesis.tex"):
             tfopt.convert(image_folder, out, workers=1, **kwargs)
     assert (out / "thesis.tex").read_text() == "precious"

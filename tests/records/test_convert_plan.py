@@ -8,6 +8,8 @@ import pytest
 from conftest import feature_values, read_examples
 
 import tfopt
+from tfopt.errors import InvalidArgumentError
+from tfopt.records.convert.options import ConvertOptions
 
 
 def test_validation_split_is_stratified_and_disjoint(tmp_path):
@@ -71,7 +73,7 @@ def _scanned(labels, class_names=None):
 def _plan(scanned, **options):
     from tfopt.records.convert.plan import plan_shards
 
-    return plan_shards(scanned, tfopt.ConvertOptions(**options))
+    return plan_shards(scanned, ConvertOptions(**options))
 
 
 def _split_classes(tasks) -> dict[str, set]:
@@ -108,7 +110,7 @@ def test_many_small_classes_are_counted_past_the_ones_named(caplog):
 
 @pytest.mark.parametrize("fraction", [0.99, 0.5, 0.01])
 def test_one_record_cannot_be_split_whatever_the_fraction(fraction):
-    with pytest.raises(tfopt.InvalidArgumentError) as refused:
+    with pytest.raises(InvalidArgumentError) as refused:
         _plan(_scanned([0]), val_fraction=fraction)
     assert str(refused.value) == (
         f"val_fraction={fraction}: the source holds 1 record, and a validation split needs at "
@@ -116,7 +118,7 @@ def test_one_record_cannot_be_split_whatever_the_fraction(fraction):
 
 
 def test_a_fraction_too_small_for_any_validation_record_says_the_least_that_works():
-    with pytest.raises(tfopt.InvalidArgumentError) as refused:
+    with pytest.raises(InvalidArgumentError) as refused:
         _plan(_scanned([0, 1] * 5), val_fraction=0.05)
     assert str(refused.value) == ("val_fraction=0.05 of 10 records leaves no validation "
                                   "records (10 x 0.05 < 1); use at least 0.1")

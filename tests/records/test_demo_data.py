@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 import tfopt
 from tfopt.cli import cli
+from tfopt.errors import InvalidArgumentError
 
 SMALL = ["--classes", "2", "--min-size", "16", "--max-size", "16", "--workers", "1", "-q"]
 
@@ -86,7 +87,7 @@ def test_an_existing_empty_folder_is_filled_only_once_complete(tmp_path, monkeyp
                                             r"\(2000\) to 8192"),
 ])
 def test_bad_arguments_are_named_and_nothing_is_written(tmp_path, arguments, message):
-    with pytest.raises(tfopt.InvalidArgumentError, match=message):
+    with pytest.raises(InvalidArgumentError, match=message):
         tfopt.make_demo_data(tmp_path / "demo", **arguments)
     assert not (tmp_path / "demo").exists()
 

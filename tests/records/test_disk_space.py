@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import tfopt
+from tfopt.errors import DiskFullError
 from tfopt.records import disk_space
 from tfopt.records.convert import pool
 from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME
@@ -26,7 +27,7 @@ def test_an_image_dataset_that_cannot_fit_is_refused_before_anything_is_written(
     needed = _source_bytes(image_folder)
     monkeypatch.setattr(disk_space, "free_bytes", lambda folder: needed // 2)
     out = tmp_path / "new" / "out"
-    with pytest.raises(tfopt.DiskFullError, match=r"out: the dataset needs about .* free; "):
+    with pytest.raises(DiskFullError, match=r"out: the dataset needs about .* free; "):
         tfopt.convert(image_folder, out, workers=1, shards=2)
     assert not out.exists()
     # --max-size may shrink the images below the free space: left to the run itself
@@ -50,7 +51,7 @@ def test_a_disk_that_fills_mid_run_keeps_the_finished_shards_for_resume(
 
     with monkeypatch.context() as patch:
         patch.setattr(pool, "write_shard", write_until_full)
-        with pytest.raises(tfopt.DiskFullError,
+        with pytest.raises(DiskFullError,
                            match=r"out: no space left on device after 1 of 3 shards; .*--resume"):
             tfopt.convert(image_folder, out, workers=1, shards=3)
     assert sorted(path.name for path in out.iterdir()) == sorted([JOURNAL_NAME, written[0]])

@@ -21,6 +21,7 @@ from conftest import (
 )
 
 import tfopt
+from tfopt.errors import DatasetError, OutputExistsError, SourceError
 from tfopt.records.convert.output import staging_folder
 from tfopt.records.manifest import JOURNAL_NAME, MANIFEST_NAME
 
@@ -42,7 +43,7 @@ def test_a_refused_resume_keeps_the_interrupted_work(image_folder, tmp_path, mon
     before = _interrupted(monkeypatch, image_folder, out, 2, **options)
     assert JOURNAL_NAME in before and len(before) == 3
     # another seed plans shards of the same names: refused, and nothing of the first run deleted
-    with pytest.raises(tfopt.DatasetError, match="other options"):
+    with pytest.raises(DatasetError, match="other options"):
         tfopt.convert(image_folder, out, workers=1, resume=True, seed=2, shards=4)
     assert {path.name: path.read_bytes() for path in out.iterdir()} == before
     result = tfopt.convert(image_folder, out, workers=1, resume=True, **options)
@@ -99,7 +100,7 @@ def test_resume_refuses_an_input_that_changed_since_the_interruption(
     out = tmp_path / "out"
     before = _interrupted(monkeypatch, src, out, 1, shards=3)
     change(src)
-    with pytest.raises(tfopt.DatasetError, match="input changed"):
+    with pytest.raises(DatasetError, match="input changed"):
         tfopt.convert(src, out, workers=1, shards=3, resume=True)
     assert {path.name: path.read_bytes() for path in out.iterdir()} == before
 
@@ -151,7 +152,7 @@ def test_a_second_run_beside_a_running_conversion_is_refused_and_leaves_it_whole
         # a --resume would otherwise take the running one's half-written shard for a killed
         # worker's leftover and delete it; a plain run or --overwrite would write beside it
         for options in ({}, {"resume": True}, {"overwrite": True}):
-            with pytest.raises(tfopt.OutputExistsError,
+            with pytest.raises(OutputExistsError,
                                match="another 'tfopt convert' is writing there now"):
                 tfopt.convert(src, out, workers=1, shards=8, **options)
         assert {path.name: path.read_bytes() for path in out.iterdir()} == during
@@ -170,7 +171,7 @@ def test_a_truncated_npy_file_is_named_instead_of_failing_in_a_worker(tmp_path):
     np.save(src / "label.npy", np.arange(50))
     data = (src / "x.npy").read_bytes()
     (src / "x.npy").write_bytes(data[: len(data) // 2])  # a copy cut short
-    with pytest.raises(tfopt.SourceError, match=r"x\.npy: truncated: .*\(1,600 bytes of data\), the file holds 736"):
+    with pytest.raises(SourceError, match=r"x\.npy: truncated: .*\(1,600 bytes of data\), the file holds 736"):
         tfopt.convert(src, tmp_path / "out", workers=1)
     assert not (tmp_path / "out").exists()
 
@@ -182,7 +183,7 @@ def test_a_damaged_compressed_npz_member_is_named(tmp_path):
     data = bytearray(src.read_bytes())
     data[1000:1010] = bytes(10)
     src.write_bytes(bytes(data))
-    with pytest.raises(tfopt.SourceError, match=r"\[key 'x'\]: cannot be read, corrupt archive"):
+    with pytest.raises(SourceError, match=r"\[key 'x'\]: cannot be read, corrupt archive"):
         tfopt.convert(src, tmp_path / "out", workers=1)
     assert not (tmp_path / "out").exists()
 
@@ -195,7 +196,7 @@ def test_a_damaged_uncompressed_npz_member_is_named_before_anything_is_written(t
     data = bytearray(src.read_bytes())
     data[3000] ^= 0xFF  # one flipped byte in x's values: the file keeps its size
     src.write_bytes(bytes(data))
-    with pytest.raises(tfopt.SourceError, match=r"\[key 'x'\]: damaged: its CRC-32 is "):
+    with pytest.raises(SourceError, match=r"\[key 'x'\]: damaged: its CRC-32 is "):
         tfopt.convert(src, tmp_path / "out", workers=1)
     assert not (tmp_path / "out").exists()
 
@@ -205,7 +206,7 @@ def test_a_conversion_interrupted_before_its_first_shard_is_called_incomplete(
     out = tmp_path / "out"
     _interrupted(monkeypatch, image_folder, out, 0, shards=2)
     for command in (tfopt.verify, tfopt.inspect):
-        with pytest.raises(tfopt.DatasetError, match="incomplete dataset.*--resume"):
+        with pytest.raises(DatasetError, match="incomplete dataset.*--resume"):
             command(out)
 
 
@@ -240,7 +241,7 @@ def test_a_shard_listed_twice_is_a_problem(dataset):
 def test_a_hand_edited_shard_entry_is_named_by_verify_and_inspect(dataset, field, value, expected):
     _edit_manifest(dataset, lambda shards: shards[0].update({field: value}))
     for command in (tfopt.verify, tfopt.inspect):
-        with pytest.raises(tfopt.DatasetError, match=f"unreadable manifest.*{field}.*{expected}"):
+        with pytest.raises(DatasetError, match=f"unreadable manifest.*{field}.*{expected}"):
             command(dataset)
 
 
@@ -251,7 +252,7 @@ def test_a_folder_where_a_shard_should_be_is_reported_not_raised(dataset):
     result = tfopt.verify(dataset)
     assert [(p.kind.value, Path(p.file).name) for p in result.problems] == [
         ("missing", shard.name)]
-    with pytest.raises(tfopt.DatasetError, match="missing"):
+    with pytest.raises(DatasetError, match="missing"):
         tfopt.inspect(dataset)
 
 
@@ -270,7 +271,7 @@ def test_a_journal_left_beside_the_manifest_is_stale_not_a_problem(dataset, imag
     result = tfopt.verify(dataset)
     assert result.ok, result.problems
     assert any(JOURNAL_NAME in note and "complete" in note for note in result.notes)
-    with pytest.raises(tfopt.OutputExistsError, match="--overwrite") as refused:
+    with pytest.raises(OutputExistsError, match="--overwrite") as refused:
         tfopt.convert(image_folder, dataset, workers=1, shards=3)
     assert "--resume" not in str(refused.value)
 

@@ -10,6 +10,7 @@ from conftest import encode_jpeg, encode_png, random_pixels, small_image_dataset
 from records_helpers import kill_overwrite_during_swap
 
 import tfopt
+from tfopt.errors import DatasetError, InvalidArgumentError, OutputExistsError
 
 
 def _write(path, examples, tf, compression=""):
@@ -84,11 +85,11 @@ def test_records_that_are_not_examples_are_refused(tmp_path, tf):
     path = tmp_path / "junk.tfrecord"
     with tf.io.TFRecordWriter(str(path)) as writer:
         writer.write(b"\xff\xff\xff not a protobuf")
-    with pytest.raises(tfopt.DatasetError, match="not a tf.train.Example"):
+    with pytest.raises(DatasetError, match="not a tf.train.Example"):
         tfopt.inspect(path)
     text_file = tmp_path / "notes.txt"
     text_file.write_text("hello, not a TFRecord file at all")
-    with pytest.raises(tfopt.DatasetError, match="not a TFRecord file"):
+    with pytest.raises(DatasetError, match="not a TFRecord file"):
         tfopt.inspect(text_file)
 
 
@@ -99,7 +100,7 @@ def test_records_that_are_not_examples_are_refused(tmp_path, tf):
     ({"fast": 1}, r"^fast=1: expected True or False"),
 ])
 def test_bad_arguments_are_named_before_anything_is_read(tmp_path, arguments, message):
-    with pytest.raises(tfopt.InvalidArgumentError, match=message):
+    with pytest.raises(InvalidArgumentError, match=message):
         tfopt.inspect(tmp_path / "nothing-here", **arguments)
 
 
@@ -125,7 +126,7 @@ def test_a_dataset_half_swapped_by_a_kill_9_is_refused_until_a_convert_puts_it_b
     assert "3 still here" in refused.stderr and "--resume" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
     # any convert into the folder, one refused for its options included, puts the old one back
-    with pytest.raises(tfopt.OutputExistsError, match="interrupted --overwrite"):
+    with pytest.raises(OutputExistsError, match="interrupted --overwrite"):
         tfopt.convert(src, out, workers=1, shards=2, seed=2)
     shown = inspect_cli()
     assert shown.returncode == 0, shown.stderr

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from conftest import feature_of, write_examples
 
 import tfopt
+from tfopt.errors import DatasetError
 from tfopt.records.format.schema_sample import sample_schema
 
 
@@ -75,12 +76,12 @@ def test_a_sequence_example_file_is_refused_naming_the_file(tmp_path, tf):
                 context=tf.train.Features(feature={"label": feature_of(tf, [i])}),
                 feature_lists=tf.train.FeatureLists(feature_list={"frames": frames}),
             ).SerializeToString())
-    with pytest.raises(tfopt.DatasetError) as caught:
+    with pytest.raises(DatasetError) as caught:
         tfopt.inspect(path)
     message = str(caught.value)
     assert "\n" not in message and str(path) in message
     assert "record 0 is not a tf.train.Example" in message and "SequenceExample" in message
-    with pytest.raises(tfopt.DatasetError, match="record 0 is not a tf.train.Example"):
+    with pytest.raises(DatasetError, match="record 0 is not a tf.train.Example"):
         sample_schema([path], None)
 
 
@@ -127,7 +128,7 @@ def test_the_build_time_sample_reads_on_past_a_corrupted_file(tmp_path, tf):
     files[1].write_bytes(bytes(data))
     sample = sample_schema(files, None, stop_at_corruption=True)
     assert sample.records == 10 and "extra" in {f.name for f in sample.features}
-    with pytest.raises(tfopt.DatasetError, match="a-1.tfrecord: corrupted"):
+    with pytest.raises(DatasetError, match="a-1.tfrecord: corrupted"):
         sample_schema(files, None)
 
 

@@ -13,6 +13,7 @@ import pytest
 from conftest import small_image_dataset
 
 import tfopt
+from tfopt.errors import DatasetError
 from tfopt.records.format.example_pb import example_classes
 from tfopt.records.format.framing import read_records
 from tfopt.records.manifest import MANIFEST_NAME, load_manifest
@@ -53,10 +54,10 @@ def test_a_split_total_that_its_shards_do_not_add_up_to_is_named_by_its_key(data
         ("manifest", "splits.train.num_records: 32, but its 3 shard(s) add up to 27"),
         ("manifest", "totals.num_shards: 2, but the splits' shards add up to 3")]
     assert result.problems[0].file == str(dataset / MANIFEST_NAME)
-    with pytest.raises(tfopt.DatasetError, match=r"inconsistent manifest: splits\.train\."
+    with pytest.raises(DatasetError, match=r"inconsistent manifest: splits\.train\."
                        r"num_records: 32, but its 3 shard\(s\) add up to 27; totals\.num_shards"):
         tfopt.read_manifest(dataset)  # as every pipeline reads it
-    with pytest.raises(tfopt.DatasetError, match="inconsistent manifest"):
+    with pytest.raises(DatasetError, match="inconsistent manifest"):
         tfopt.inspect(dataset)
     checked = _verify_cli(dataset)
     assert checked.returncode == 1 and "FAILED: 2 problem(s)" in checked.stdout
@@ -69,7 +70,7 @@ def test_a_negative_or_non_integer_shard_count_is_refused_naming_the_shard(datas
     message = (rf"unreadable manifest: splits\.train\.shards\[0\]\.{field}={value!r} "
                rf"\(shard {TRAIN_0}\), expected an int >= 0")
     for command in (tfopt.read_manifest, tfopt.verify, tfopt.inspect):
-        with pytest.raises(tfopt.DatasetError, match=message):
+        with pytest.raises(DatasetError, match=message):
             command(dataset)
     checked = _verify_cli(dataset)
     assert checked.returncode == 1 and checked.stdout == ""
@@ -93,7 +94,7 @@ def test_a_shard_listed_in_two_splits_is_named_with_both_places(dataset):
             "at splits.train.shards[0])") in result.problems[0].detail
     assert len(result.checked) == 3  # each file read once
     # a pipeline reading the validation split would read a training shard: refused by name
-    with pytest.raises(tfopt.DatasetError, match=rf"splits\.validation\.shards\[0\]: {TRAIN_0} "
+    with pytest.raises(DatasetError, match=rf"splits\.validation\.shards\[0\]: {TRAIN_0} "
                        "is listed again"):
         tfopt.read_manifest(dataset)
 
@@ -128,7 +129,7 @@ def test_keys_and_class_names_that_do_not_fit_the_schema_are_named(dataset, edit
     _, issues = load_manifest(dataset)
     assert [issue.key for issue in issues] == [key]
     assert detail in issues[0].detail
-    with pytest.raises(tfopt.DatasetError, match="inconsistent manifest"):
+    with pytest.raises(DatasetError, match="inconsistent manifest"):
         tfopt.read_manifest(dataset)
     result = tfopt.verify(dataset)
     assert not result.ok and result.problems[0].kind.value == "manifest"

@@ -10,6 +10,7 @@ import pytest
 from conftest import feature_values, manifest_specs, pipeline_columns, read_examples
 
 import tfopt
+from tfopt.errors import SourceError
 from tfopt.records.manifest import read_manifest
 
 CSV_TEXT = """id,height,comment,species
@@ -42,7 +43,7 @@ def test_csv_types_are_inferred_and_rows_round_trip(tmp_path):
 def test_ragged_csv_row_is_named_with_its_line(tmp_path):
     src = tmp_path / "table.csv"
     src.write_text("a,b,c\n1,2,3\n4,5\n6,7,8\n")
-    with pytest.raises(tfopt.SourceError) as error:
+    with pytest.raises(SourceError) as error:
         tfopt.convert(src, tmp_path / "out", workers=1)
     assert str(src) in str(error.value)
     assert "line 3 has 2 fields; the header has 3" in str(error.value)
@@ -55,11 +56,11 @@ def test_ragged_csv_row_is_named_with_its_line(tmp_path):
 def test_csv_without_rows_or_header(tmp_path):
     empty = tmp_path / "empty.csv"
     empty.write_text("")
-    with pytest.raises(tfopt.SourceError, match="needs a header row"):
+    with pytest.raises(SourceError, match="needs a header row"):
         tfopt.convert(empty, tmp_path / "out", workers=1)
     header_only = tmp_path / "header.csv"
     header_only.write_text("a,b\n")
-    with pytest.raises(tfopt.SourceError, match="no data rows"):
+    with pytest.raises(SourceError, match="no data rows"):
         tfopt.convert(header_only, tmp_path / "out", workers=1)
 
 
@@ -114,7 +115,7 @@ def test_csv_number_float64_would_change_is_refused_naming_line_and_column(
         tmp_path, cell, problem):
     src = tmp_path / "table.csv"
     src.write_text(f"v,label\n1,0\n,1\n{cell},0\n")  # the empty cell makes v a float column
-    with pytest.raises(tfopt.SourceError) as error:
+    with pytest.raises(SourceError) as error:
         tfopt.convert(src, tmp_path / "out", workers=1)
     assert f"{src}: line 4: column 'v' holds {problem}" in str(error.value)
     assert not (tmp_path / "out").exists()
@@ -143,7 +144,7 @@ def test_csv_numbers_are_plain_ascii_decimal_notation(tmp_path):
 def test_empty_label_cell_is_refused_naming_its_line_or_skipped(tmp_path, labels):
     src = tmp_path / "table.csv"
     src.write_text("x,label\n" + "".join(f"{i},{label}\n" for i, label in enumerate(labels)))
-    with pytest.raises(tfopt.SourceError, match=r"table.csv: line 3: empty label: column 'label'"):
+    with pytest.raises(SourceError, match=r"table.csv: line 3: empty label: column 'label'"):
         tfopt.convert(src, tmp_path / "out", workers=1)
     result = tfopt.convert(src, tmp_path / "out", workers=1, on_error="skip")
     assert result.num_records == 2

@@ -10,6 +10,7 @@ import pytest
 from tables_helpers import decoded_records, image_bytes, run_tfopt, without_package_env
 
 import tfopt
+from tfopt.errors import InvalidArgumentError, SourceError
 from tfopt.records.manifest import read_manifest
 
 h5py = pytest.importorskip("h5py")
@@ -78,7 +79,7 @@ def test_datasets_of_a_group_are_kept_exactly(tmp_path):
         assert row["pair"].tolist() == [1.5, 1.5] and row["y"] == index % 4
     table = tmp_path / "table.csv"
     table.write_text("a,y\n1,0\n")
-    with pytest.raises(tfopt.InvalidArgumentError, match="a group applies to HDF5 sources only"):
+    with pytest.raises(InvalidArgumentError, match="a group applies to HDF5 sources only"):
         tfopt.convert(table, tmp_path / "csv", workers=1, group="train")
 
 
@@ -153,7 +154,7 @@ def test_types_that_cannot_be_kept_are_named(tmp_path, make, expected):
     with h5py.File(src, "w") as handle:
         make(handle)
         handle["y"] = np.arange(3)
-    with pytest.raises(tfopt.SourceError) as error:
+    with pytest.raises(SourceError) as error:
         tfopt.convert(src, tmp_path / "out", workers=1)
     assert str(error.value).startswith(f"{src} {expected}")
 
@@ -163,7 +164,7 @@ def test_nan_labels_refused_or_skipped_and_uint64_beyond_int64(tmp_path):
     with h5py.File(src, "w") as handle:
         handle["x"] = np.arange(6, dtype=np.uint64) + np.uint64(2**63 - 3)
         handle["target"] = np.array([0.5, np.nan, 1.5, 2.5, 3.5, np.inf])
-    with pytest.raises(tfopt.SourceError, match=r"row 1: label 'target' is nan; a regression"):
+    with pytest.raises(SourceError, match=r"row 1: label 'target' is nan; a regression"):
         tfopt.convert(src, tmp_path / "out", workers=1, label="target")
     result = tfopt.convert(src, tmp_path / "out", workers=1, label="target", on_error="skip")
     skipped = [item.path for item in result.manifest.skipped]

@@ -7,6 +7,7 @@ import pytest
 from conftest import encode_jpeg, feature_values, random_pixels, read_examples
 
 import tfopt
+from tfopt.errors import SourceError
 
 
 def test_round_trip_keeps_every_image_byte_for_byte_with_its_folder_label(image_folder, tmp_path):
@@ -77,7 +78,7 @@ def test_truncated_image_stops_with_its_path_and_leaves_no_partial_dataset(
     bad = image_folder / "dog" / "003.jpg"
     bad.write_bytes(bad.read_bytes()[:600])
     out = tmp_path / "out"
-    with pytest.raises(tfopt.SourceError) as error:
+    with pytest.raises(SourceError) as error:
         tfopt.convert(image_folder, out, workers=workers, shards=4, check=check)
     assert str(bad) in str(error.value)
     assert "truncated or corrupt" in str(error.value)
@@ -95,7 +96,7 @@ def test_truncated_image_stops_with_its_path_and_leaves_no_partial_dataset(
 def test_non_image_files_are_named(image_folder, tmp_path, name, content, expected):
     (image_folder / "cat" / name).write_bytes(content)
     out = tmp_path / "out"
-    with pytest.raises(tfopt.SourceError) as error:
+    with pytest.raises(SourceError) as error:
         tfopt.convert(image_folder, out, workers=1)
     assert str(image_folder / "cat" / name) in str(error.value)
     assert expected in str(error.value)
@@ -105,7 +106,7 @@ def test_non_image_files_are_named(image_folder, tmp_path, name, content, expect
 def test_unreadable_file_is_named(image_folder, tmp_path):
     bad = image_folder / "cat" / "gone.jpg"
     bad.symlink_to(tmp_path / "deleted.jpg")  # a dangling link: listed, but cannot be read
-    with pytest.raises(tfopt.SourceError) as error:
+    with pytest.raises(SourceError) as error:
         tfopt.convert(image_folder, tmp_path / "out", workers=1)
     assert str(error.value) == (f"{bad}: is a symbolic link to '{tmp_path / 'deleted.jpg'}', "
                                 "which does not exist")
@@ -113,13 +114,13 @@ def test_unreadable_file_is_named(image_folder, tmp_path):
 
 def test_empty_class_folder_and_empty_source(image_folder, tmp_path):
     (image_folder / "zebra").mkdir()
-    with pytest.raises(tfopt.SourceError, match="zebra: empty class folder"):
+    with pytest.raises(SourceError, match="zebra: empty class folder"):
         tfopt.convert(image_folder, tmp_path / "out", workers=1)
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(tfopt.SourceError, match="neither .npy files nor class folders"):
+    with pytest.raises(SourceError, match="neither .npy files nor class folders"):
         tfopt.convert(empty, tmp_path / "out2", workers=1)
-    with pytest.raises(tfopt.SourceError, match="does not exist"):
+    with pytest.raises(SourceError, match="does not exist"):
         tfopt.convert(tmp_path / "missing", tmp_path / "out3", workers=1)
 
 

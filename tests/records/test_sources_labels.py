@@ -10,6 +10,7 @@ import pytest
 from conftest import feature_values, pipeline_columns, read_examples
 
 import tfopt
+from tfopt.errors import InvalidArgumentError, SourceError
 from tfopt.records.manifest import read_manifest
 
 
@@ -31,7 +32,7 @@ def test_label_argument_must_name_an_array(tmp_path):
     src = tmp_path / "data.npz"
     np.savez(src, x=np.zeros((3, 2)), target_id=np.arange(3))
     # the message reads right from the API and the CLI alike: no flag spelling in it
-    with pytest.raises(tfopt.InvalidArgumentError, match="^label 'tgt': no such array.*it has: x, target_id"):
+    with pytest.raises(InvalidArgumentError, match="^label 'tgt': no such array.*it has: x, target_id"):
         tfopt.convert(src, tmp_path / "out", workers=1, label="tgt")
     result = tfopt.convert(src, tmp_path / "out", workers=1, label="target_id")
     assert result.manifest.label_key == "target_id"
@@ -40,7 +41,7 @@ def test_label_argument_must_name_an_array(tmp_path):
 def test_bytes_label_that_is_not_utf8_is_named(tmp_path):
     src = tmp_path / "data.npz"
     np.savez(src, x=np.arange(3.0), y=np.asarray([b"a", b"\xff", b"b"]))
-    with pytest.raises(tfopt.SourceError) as error:
+    with pytest.raises(SourceError) as error:
         tfopt.convert(src, tmp_path / "out", workers=1)
     message = str(error.value)
     assert f"{src} [key 'y']" in message and "row 1" in message and "not UTF-8" in message
@@ -105,13 +106,13 @@ def test_non_finite_float_label_is_refused_or_skipped(tmp_path):
     target = np.linspace(0, 1, 6)
     target[3] = np.nan
     np.savez(src, x=np.arange(6.0), target=target)
-    with pytest.raises(tfopt.SourceError, match=r"\[key 'target'\]: label 'target' is nan at row 3"):
+    with pytest.raises(SourceError, match=r"\[key 'target'\]: label 'target' is nan at row 3"):
         tfopt.convert(src, tmp_path / "out", workers=1)
     result = tfopt.convert(src, tmp_path / "out", workers=1, on_error="skip")
     assert result.num_records == 5 and len(result.manifest.skipped) == 1
     table = tmp_path / "table.csv"
     table.write_text("x,target\n1,0.5\n2,inf\n3,1.5\n")
-    with pytest.raises(tfopt.SourceError, match="line 3: label 'target' is inf"):
+    with pytest.raises(SourceError, match="line 3: label 'target' is inf"):
         tfopt.convert(table, tmp_path / "out2", workers=1)
 
 

@@ -9,6 +9,7 @@ import pytest
 from conftest import feature_values, manifest_specs, pipeline_columns, read_examples
 
 import tfopt
+from tfopt.errors import SourceError
 
 
 def _decode(example, spec):
@@ -76,7 +77,7 @@ def test_numpy_round_trip_is_exact_for_every_dtype(arrays, tmp_path, layout):
 def test_mismatched_first_dimensions_are_named(tmp_path):
     src = tmp_path / "data.npz"
     np.savez(src, x=np.zeros((10, 3)), y=np.zeros(9))
-    with pytest.raises(tfopt.SourceError) as error:
+    with pytest.raises(SourceError) as error:
         tfopt.convert(src, tmp_path / "out", workers=1)
     assert str(src) in str(error.value) and "x: 10, y: 9" in str(error.value)
     assert not (tmp_path / "out").exists()
@@ -87,12 +88,12 @@ def test_object_arrays_are_refused_without_unpickling(tmp_path):
     src.mkdir()
     np.save(src / "x.npy", np.zeros((3, 2)))
     np.save(src / "meta.npy", np.asarray([{"a": 1}, None, "x"], dtype=object), allow_pickle=True)
-    with pytest.raises(tfopt.SourceError) as error:
+    with pytest.raises(SourceError) as error:
         tfopt.convert(src, tmp_path / "out", workers=1)
     assert str(src / "meta.npy") in str(error.value) and "pickled" in str(error.value)
     npz = tmp_path / "data.npz"
     np.savez(npz, x=np.zeros((3, 2)), meta=np.asarray([1, "a", None], dtype=object))
-    with pytest.raises(tfopt.SourceError, match=r"\[key 'meta'\].*pickled"):
+    with pytest.raises(SourceError, match=r"\[key 'meta'\].*pickled"):
         tfopt.convert(npz, tmp_path / "out2", workers=1)
 
 
@@ -115,7 +116,7 @@ def test_uint64_beyond_int64_is_refused_naming_key_and_row(tmp_path, key):
     arrays = {"ids": np.arange(4, dtype=np.uint64), "y": np.arange(4, dtype=np.uint64)}
     arrays[key][2] = 2**64 - 1  # an int64 list would store it as -1
     np.savez(src, **arrays)
-    with pytest.raises(tfopt.SourceError) as error:
+    with pytest.raises(SourceError) as error:
         tfopt.convert(src, tmp_path / "out", workers=1, label="y")
     message = str(error.value)
     assert f"{src} [key '{key}']" in message and "18446744073709551615 (row 2)" in message
@@ -127,7 +128,7 @@ def test_uint64_beyond_int64_is_refused_naming_key_and_row(tmp_path, key):
 def test_long_double_is_refused_with_the_cast_to_make(tmp_path):
     src = tmp_path / "data.npz"
     np.savez(src, x=np.ones(4, dtype=np.longdouble), y=np.arange(4))
-    with pytest.raises(tfopt.SourceError, match=r"\[key 'x'\]: dtype float\d+ .*astype\(np.float64\)"):
+    with pytest.raises(SourceError, match=r"\[key 'x'\]: dtype float\d+ .*astype\(np.float64\)"):
         tfopt.convert(src, tmp_path / "out", workers=1)
     assert not (tmp_path / "out").exists()
 
@@ -140,5 +141,5 @@ def test_damaged_small_uncompressed_npz_member_is_named(tmp_path):
     at = data.find(pixels.tobytes())
     data[at + 10] ^= 0xFF  # zipfile reads a member this small whole, checking its CRC-32 then
     src.write_bytes(bytes(data))
-    with pytest.raises(tfopt.SourceError, match=r"\[key 'pixels'\]: damaged, cannot be read"):
+    with pytest.raises(SourceError, match=r"\[key 'pixels'\]: damaged, cannot be read"):
         tfopt.convert(src, tmp_path / "out", workers=1)

@@ -11,6 +11,7 @@ import pytest
 from tables_helpers import decoded_records, image_bytes, run_tfopt, without_package_env
 
 import tfopt
+from tfopt.errors import SourceError
 from tfopt.records.manifest import read_manifest
 
 pa = pytest.importorskip("pyarrow")
@@ -111,12 +112,12 @@ def test_a_folder_of_part_files_as_spark_writes_it(tmp_path):
     assert sorted(int(row["v"]) for row in decoded_records(tmp_path / "out")) == list(range(30))
 
     pq.write_table(pa.table({"v": [1.5], "y": [0]}), folder / "part-00009.parquet")
-    with pytest.raises(tfopt.SourceError, match=r"part-00009.parquet: column 'v' has type "
+    with pytest.raises(SourceError, match=r"part-00009.parquet: column 'v' has type "
                        r"double, part-00000-1f2e-c000.snappy.parquet has int64"):
         tfopt.convert(folder, tmp_path / "other", workers=1)
     (folder / "part-00009.parquet").unlink()
     (folder / "year=2020").mkdir()
-    with pytest.raises(tfopt.SourceError, match=r"holds folders \(year=2020\): a partitioned"):
+    with pytest.raises(SourceError, match=r"holds folders \(year=2020\): a partitioned"):
         tfopt.convert(folder, tmp_path / "other", workers=1)
     assert not (tmp_path / "other").exists()
 
@@ -140,7 +141,7 @@ def test_binary_columns_of_images_are_read_as_images(tmp_path):
     broken = list(pngs)
     broken[7] = pngs[7][:-30]  # cut short: its chunks no longer add up
     pq.write_table(pa.table({"photo": broken}), src, row_group_size=5)
-    with pytest.raises(tfopt.SourceError) as error:
+    with pytest.raises(SourceError) as error:
         tfopt.convert(src, tmp_path / "broken", workers=1)
     assert f"{src} row 7: column 'photo' holds an image that is truncated or corrupt" in str(error.value)
     assert not (tmp_path / "broken").exists()
@@ -153,7 +154,7 @@ def test_nulls_are_refused_with_row_and_column_or_skipped(tmp_path):
         "lists": pa.array([[1], [2], [3], [4, None], [5], [6]]),
         "y": pa.array([0, 1, 0, 1, None, 1]),
     }), src, row_group_size=2)
-    with pytest.raises(tfopt.SourceError) as error:
+    with pytest.raises(SourceError) as error:
         tfopt.convert(src, tmp_path / "out", workers=1, label="y")
     assert str(error.value).startswith(f"{src} row 4: label 'y' is null")
     pq.write_table(pa.table({
@@ -161,7 +162,7 @@ def test_nulls_are_refused_with_row_and_column_or_skipped(tmp_path):
         "lists": pa.array([[1], [2], [3], [4, None], [5], [6]]),
         "y": pa.array([0, 1, 0, 1, 0, 1]),
     }), src, row_group_size=2)
-    with pytest.raises(tfopt.SourceError) as error:
+    with pytest.raises(SourceError) as error:
         tfopt.convert(src, tmp_path / "out", workers=1, label="y", shards=1)
     message = str(error.value)
     assert message.startswith(f"{src} row ") and " is null (a missing value" in message
@@ -188,7 +189,7 @@ def test_nulls_are_refused_with_row_and_column_or_skipped(tmp_path):
 def test_types_that_cannot_be_kept_are_named(tmp_path, column, expected):
     src = tmp_path / "odd.parquet"
     pq.write_table(pa.table({"c": column, "y": [0, 1, 0]}), src)
-    with pytest.raises(tfopt.SourceError) as error:
+    with pytest.raises(SourceError) as error:
         tfopt.convert(src, tmp_path / "out", workers=1)
     assert str(error.value).startswith(f"{src}: {expected}")
     assert "\n" not in str(error.value)
@@ -198,7 +199,7 @@ def test_uint64_beyond_int64_and_pandas_index_column(tmp_path):
     src = tmp_path / "wide.parquet"
     pq.write_table(pa.table({"big": pa.array([1, 2**63 + 5, 3], pa.uint64()),
                              "__index_level_0__": [10, 11, 12]}), src)
-    with pytest.raises(tfopt.SourceError, match=r"row 1: column 'big' holds 9223372036854775813, "
+    with pytest.raises(SourceError, match=r"row 1: column 'big' holds 9223372036854775813, "
                        "beyond int64"):
         tfopt.convert(src, tmp_path / "out", workers=1)
     result = tfopt.convert(src, tmp_path / "out", workers=1, on_error="skip")
@@ -286,7 +287,8 @@ def test_tensorflow_pipeline_reads_parquet_values_back(tmp_path):
     tfopt.convert(src, tmp_path / "out", workers=1, shards=2)
     for pad in (False, True):
         seen = []
-        for features, labels in tfopt.build_pipeline(tmp_path / "out", 8, pad_ragged=pad):
+        for features, labels in tfopt.build_pipeline(tmp_path / "out", 8, pad_ragged=pad,
+                                                     split="train"):
             for position, index in enumerate(features["v"].numpy().tolist()):
                 got = features["lists"][position].numpy().tolist()
                 count = features["counts"][position].numpy().tolist()
@@ -303,6 +305,6 @@ def test_tensorflow_pipeline_reads_parquet_values_back(tmp_path):
     pixels = [image_bytes(seed, "PNG", 12, 10) for seed in range(6)]
     pq.write_table(pa.table({"image": pixels, "label": np.arange(6) % 3}), images)
     tfopt.convert(images, tmp_path / "images", workers=1)
-    batches = list(tfopt.build_pipeline(tmp_path / "images", 6, image_size=(12, 10)))
+    batches = list(tfopt.build_pipeline(tmp_path / "images", 6, image_size=(12, 10), split="train"))
     decoded, labels = batches[0]
     assert decoded.shape == (6, 12, 10, 3) and sorted(labels.numpy().tolist()) == [0, 0, 1, 1, 2, 2]

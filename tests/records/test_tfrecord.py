@@ -8,6 +8,7 @@ import pytest
 from conftest import write_examples
 
 import tfopt
+from tfopt.errors import DatasetError
 from tfopt.records.format.tfrecord import (
     count_records,
     detect_compression,
@@ -21,7 +22,7 @@ def test_a_folder_without_manifest_or_tfrecord_files_is_an_error(tmp_path, comma
     folder = tmp_path / "docs"
     folder.mkdir()
     (folder / "README.txt").write_text("hello\n")
-    with pytest.raises(tfopt.DatasetError, match="no TFRecord files in this folder.*README.txt"):
+    with pytest.raises(DatasetError, match="no TFRecord files in this folder.*README.txt"):
         command(folder)
 
 
@@ -46,7 +47,7 @@ def test_a_folder_without_manifest_resolves_to_its_tfrecord_files_and_names_the_
     files, manifest, notes = resolve_files(tmp_path)
     assert [file.name for file in files] == ["a", "b.tfrecord"] and manifest is None
     assert any("README.txt" in note and "not TFRecord files" in note for note in notes)
-    with pytest.raises(tfopt.DatasetError, match="mixed compression"):
+    with pytest.raises(DatasetError, match="mixed compression"):
         detect_compression(files, None)
     assert detect_compression(files[:1], None) == "gzip"
     assert [count_records(file, detect_compression([file], None)) for file in files] == [2, 3]

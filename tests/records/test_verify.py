@@ -13,6 +13,7 @@ from conftest import small_image_dataset
 from records_helpers import kill_overwrite_during_swap
 
 import tfopt
+from tfopt.errors import DatasetError, InvalidArgumentError
 from tfopt.records.format.example_pb import example_classes
 from tfopt.records.format.framing import frame, masked_crc32c, read_records
 from tfopt.records.manifest import MANIFEST_NAME
@@ -117,9 +118,9 @@ def test_bare_shards_have_the_image_of_each_record_judged_by_its_header(dataset)
 
 
 def test_nothing_to_verify_is_an_error(tmp_path):
-    with pytest.raises(tfopt.DatasetError, match="does not exist"):
+    with pytest.raises(DatasetError, match="does not exist"):
         tfopt.verify(tmp_path / "nope")
-    with pytest.raises(tfopt.DatasetError, match="no files match"):
+    with pytest.raises(DatasetError, match="no files match"):
         tfopt.verify(str(tmp_path / "*.tfrecord"))
 
 
@@ -138,7 +139,7 @@ def _record_offsets(path):
 
 @pytest.mark.parametrize("workers", [0, 1.5, True, "2"])
 def test_bad_workers_are_named_before_anything_is_read(tmp_path, workers):
-    with pytest.raises(tfopt.InvalidArgumentError,
+    with pytest.raises(InvalidArgumentError,
                        match=r"^workers=.*: expected an int >= 1, or None for all usable cores"):
         tfopt.verify(tmp_path / "nothing-here", workers=workers)
 

@@ -102,14 +102,14 @@ class Optimization:
 
 
 def optimize(dataset, *, ram_budget: int | None = None, seconds: float = 10.0,
-             cores: int | None = None, deterministic: bool | None = None):
+             cores: int | None = None, deterministic: bool | None = None,
+             report: bool = False, progress=None):
     """``dataset`` rewritten to run faster, yielding the same elements in the same order.
 
     Analyses ``dataset`` (:func:`tfopt.analyze`), applies the rewrites that are safe and that
     the model expects to pay (parallel calls, AUTOTUNE, a prefetch, a cache below every random
     stage that fits ``ram_budget``), and measures the result against the original; a rewrite
-    that measures slower than 95% of the original is dropped. :func:`optimize_with_report`
-    returns the same with what changed and the measured rates.
+    that measures slower than 95% of the original is dropped.
 
     Args:
         dataset: A ``tf.data.Dataset`` (one chain of stages; an infinite ``repeat()`` is fine).
@@ -118,10 +118,16 @@ def optimize(dataset, *, ram_budget: int | None = None, seconds: float = 10.0,
         cores: Cores the model allocates; default: the cores this process may use.
         deterministic: ``False`` lets parallel stages yield out of order (faster where
             elements take uneven time); default None keeps the dataset's own setting.
+        report: ``True`` returns an :class:`Optimization` (what changed and the measured
+            rates) instead of the dataset alone.
+        progress: Called as ``progress(done, total, what)`` before each measurement, or None.
 
     Returns:
         A ``tf.data.Dataset`` with the original's element spec and options. It shares the
         original's lookup tables and variables, so it runs in the process that built it.
+        With ``report=True``, an :class:`Optimization`: ``.dataset`` (that dataset),
+        ``.changes``, ``.skipped``, ``.before_per_s``, ``.after_per_s``, ``.cached_per_s``,
+        ``.analysis`` (the :class:`~tfopt.analysis.report.PipelineReport`) and ``describe()``.
 
     Raises:
         InvalidArgumentError: an argument is not what is expected (named in the message).
@@ -129,17 +135,15 @@ def optimize(dataset, *, ram_budget: int | None = None, seconds: float = 10.0,
 
     Example:
         >>> dataset = tfopt.optimize(dataset, seconds=5)
+        >>> print(tfopt.optimize(dataset, seconds=5, report=True).describe())
     """
-    return optimize_with_report(dataset, ram_budget=ram_budget, seconds=seconds, cores=cores,
-                                deterministic=deterministic).dataset
+    report = _validate.flag(report, "report")
+    optimization = _optimize(dataset, ram_budget=ram_budget, seconds=seconds, cores=cores,
+                             deterministic=deterministic, progress=progress)
+    return optimization if report else optimization.dataset
 
 
-def optimize_with_report(dataset, *, ram_budget: int | None = None, seconds: float = 10.0,
-                         cores: int | None = None, deterministic: bool | None = None,
-                         progress=None) -> Optimization:
-    """:func:`optimize`, returning an :class:`Optimization`: ``.dataset``, ``.changes``,
-    ``.skipped``, ``.before_per_s``, ``.after_per_s``, ``.cached_per_s``, ``.analysis`` (the
-    :class:`~tfopt.analysis.report.PipelineReport`) and ``describe()``."""
+def _optimize(dataset, *, ram_budget, seconds, cores, deterministic, progress) -> Optimization:
     seconds = _validate.number(seconds, "seconds", low=0.0, high=3600.0, open_low=True,
                                expected="a number of seconds in (0, 3600]")
     if deterministic not in (None, False, True):

@@ -111,7 +111,7 @@ def report_svg(report: PipelineReport, title: str | None = None) -> str:
         title: The chart's title [default: one naming the bottleneck].
 
     Raises:
-        tfopt.InvalidArgumentError: A report without stages.
+        tfopt.errors.InvalidArgumentError: A report without stages.
     """
     _check(report)
     rates = stage_rates(report)
@@ -187,7 +187,7 @@ def write_report_png(path, report: PipelineReport, title: str | None = None) -> 
     """Draw the chart as a PNG with matplotlib (the optional ``plot`` extra), atomically.
 
     Raises:
-        tfopt.InvalidArgumentError: A report without stages, or matplotlib is not installed.
+        tfopt.errors.InvalidArgumentError: A report without stages, or matplotlib is not installed.
     """
     _check(report)
     rates = stage_rates(report)
@@ -233,7 +233,7 @@ def write_report_plot(path, report: PipelineReport, title: str | None = None) ->
     """Write the chart as SVG or PNG, chosen by ``path``'s suffix.
 
     Raises:
-        tfopt.InvalidArgumentError: Another suffix (the message names the path and the valid
+        tfopt.errors.InvalidArgumentError: Another suffix (the message names the path and the valid
             ones), a report without stages, or a PNG without matplotlib.
     """
     return _PLOT_WRITERS[plot_format(path)](path, report, title)

@@ -134,7 +134,7 @@ class PipelineReport:
             ``path``, as a Path.
 
         Raises:
-            tfopt.InvalidArgumentError: Another suffix, or a PNG without matplotlib.
+            tfopt.errors.InvalidArgumentError: Another suffix, or a PNG without matplotlib.
         """
         from tfopt.analysis.plot import write_report_plot
 

@@ -84,7 +84,7 @@ def example_fn(source, image_size: int, *, crop: str = "central", pixels: str = 
         ``serialized -> (image, label)``, or ``serialized -> image`` without labels.
 
     Raises:
-        tfopt.InvalidArgumentError: An unknown crop or pixel type, a size below 1.
+        tfopt.errors.InvalidArgumentError: An unknown crop or pixel type, a size below 1.
     """
     crop_fn = _CROPS[choice(Crop, crop, "crop")]
     resize = _RESIZES[choice(Pixels, pixels, "pixels")]
@@ -125,7 +125,7 @@ def naive_dataset(source, image_size: int, batch_size: int, *, crop: str = "cent
         repeat: Repeat forever after the batch. Defaults to False (one pass).
 
     Raises:
-        tfopt.InvalidArgumentError: A bad value.
+        tfopt.errors.InvalidArgumentError: A bad value.
     """
     batch_size = whole_number(batch_size, "batch_size", 1)
     parse = example_fn(source, image_size, crop=crop, pixels=pixels)
@@ -186,7 +186,7 @@ def keras_folder_dataset(folder, image_size: int, batch_size: int, *, shuffle: b
         seed: The shuffle seed. Defaults to 0.
 
     Raises:
-        tfopt.InvalidArgumentError: Not a folder, no images in it, or a bad value.
+        tfopt.errors.InvalidArgumentError: Not a folder, no images in it, or a bad value.
     """
     import keras
 

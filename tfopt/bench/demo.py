@@ -28,9 +28,9 @@ def make_demo_shards(folder, count: int = 600, min_size: int = 160, max_size: in
         The shards folder.
 
     Raises:
-        tfopt.InvalidArgumentError: A count or size out of range (checked by
+        tfopt.errors.InvalidArgumentError: A count or size out of range (checked by
             :func:`tfopt.make_demo_data`).
-        tfopt.OutputExistsError: ``folder/images`` holds other files, or ``folder/shards``
+        tfopt.errors.OutputExistsError: ``folder/images`` holds other files, or ``folder/shards``
             already holds a dataset.
     """
     folder = Path(folder)

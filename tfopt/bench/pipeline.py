@@ -273,7 +273,7 @@ def epoch_ends(batch_sizes, examples: int, epochs: int) -> list[int]:
     epoch the decodes its shuffle buffer needs from the end of the pass.
 
     Raises:
-        tfopt.InvalidArgumentError: The batches ran out first.
+        tfopt.errors.InvalidArgumentError: The batches ran out first.
 
     Example:
         >>> epoch_ends([4, 4, 2, 4, 4, 2], examples=10, epochs=2)
@@ -336,7 +336,7 @@ def run_pipeline_bench(settings: BenchSettings, methods=None, progress=None) -> 
         progress: Called with a line after each run (the CLI prints it on stderr).
 
     Raises:
-        tfopt.InvalidArgumentError: An unknown method, ``keras-folder`` asked for without an
+        tfopt.errors.InvalidArgumentError: An unknown method, ``keras-folder`` asked for without an
             image folder, or a source without images.
         tfopt.TfoptError: A local tf.data service server (``settings.service_workers``) did
             not start.
@@ -493,7 +493,7 @@ def stage_breakdown(settings: BenchSettings,
     (:func:`breakdown_rates`).
 
     Raises:
-        tfopt.UnsupportedDatasetError: The analysis could not read or rebuild the pipeline.
+        tfopt.errors.UnsupportedDatasetError: The analysis could not read or rebuild the pipeline.
     """
     from tfopt.analysis.analyze import run
 

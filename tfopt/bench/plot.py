@@ -29,7 +29,7 @@ def sweep_svg(sweep: dict[int, float], title: str = "tfopt throughput by batch s
         title: The chart's title. Defaults to "tfopt throughput by batch size".
 
     Raises:
-        tfopt.InvalidArgumentError: An empty sweep.
+        tfopt.errors.InvalidArgumentError: An empty sweep.
     """
     if not sweep:
         raise InvalidArgumentError("sweep is empty: give batch sizes to plot")
@@ -86,7 +86,7 @@ def write_sweep_png(path, sweep: dict[int, float], title: str | None = None) -> 
     """Draw the sweep as a PNG with matplotlib (the optional ``plot`` extra), atomically.
 
     Raises:
-        tfopt.InvalidArgumentError: An empty sweep, or matplotlib is not installed.
+        tfopt.errors.InvalidArgumentError: An empty sweep, or matplotlib is not installed.
     """
     if not sweep:
         raise InvalidArgumentError("sweep is empty: give batch sizes to plot")
@@ -111,6 +111,6 @@ def write_sweep_plot(path, sweep: dict[int, float], title: str | None = None) ->
     """Write the sweep chart as SVG or PNG, chosen by ``path``'s suffix.
 
     Raises:
-        tfopt.InvalidArgumentError: Another suffix (the message lists the valid ones).
+        tfopt.errors.InvalidArgumentError: Another suffix (the message lists the valid ones).
     """
     return _PLOT_WRITERS[plot_format(path)](path, sweep, title)

@@ -1,6 +1,6 @@
 """``tfopt bench train``: end-to-end ``model.fit`` the default Keras way beside the tfopt way.
 
-Two methods train the same built-in model (:func:`tfopt.build_model`) on the same shards for the
+Two methods train the same built-in model (:func:`tfopt.models.build_model`) on the same shards for the
 same epochs, from the same initial weights, alternating (baseline, tfopt, baseline, ...):
 
 - ``baseline``: float32; :func:`tfopt.bench.baselines.naive_dataset` (``TFRecordDataset ->
@@ -37,7 +37,7 @@ from tfopt.bench.baselines import naive_dataset
 from tfopt.data.pipeline import PipelineBuilder
 from tfopt.data.plan import CacheMode, pass_records
 from tfopt.data.source import PipelineSource
-from tfopt.errors import DatasetError, InvalidArgumentError
+from tfopt.errors import InvalidArgumentError, MissingSplitError
 from tfopt.models import (
     DEFAULT_IMAGE_SIZE,
     LEARNING_RATE,
@@ -79,7 +79,7 @@ class TrainBenchSettings:
     Attributes:
         source: A tfopt dataset folder (with a validation split for the accuracy; without one
             the training split is evaluated, and the report says so).
-        model: ``"cnn"`` or ``"mlp"`` (:func:`tfopt.build_model`). Defaults to "cnn".
+        model: ``"cnn"`` or ``"mlp"`` (:func:`tfopt.models.build_model`). Defaults to "cnn".
         image_size: Side of the square training images, px. Defaults to 96.
         batch_size: Examples per step for the comparison. Defaults to 64.
         epochs: Epochs per run (the same for both methods). Defaults to 2.
@@ -465,8 +465,8 @@ def run_train_bench(settings: TrainBenchSettings,
         A :class:`TrainBenchReport`.
 
     Raises:
-        tfopt.DatasetError: The source has no readable shards.
-        tfopt.InvalidArgumentError: The source has no images or no labels.
+        tfopt.errors.DatasetError: The source has no readable shards.
+        tfopt.errors.InvalidArgumentError: The source has no images or no labels.
 
     Example:
         >>> report = run_train_bench(TrainBenchSettings("shards/", epochs=3))
@@ -489,7 +489,7 @@ def run_train_bench(settings: TrainBenchSettings,
         eval_builder = PipelineBuilder(settings.source, batch_size=settings.batch_size,
                                        image_size=settings.image_size, split="validation")
         eval_split = "validation"
-    except DatasetError:
+    except MissingSplitError:  # no validation split: the training one, said in the report
         eval_builder = PipelineBuilder(settings.source, batch_size=settings.batch_size,
                                        image_size=settings.image_size, split="train")
         eval_split = "train"

@@ -87,10 +87,10 @@ def analyze(target, seconds, cores, ram_budget, plot, apply_rewrites, quiet, as_
     optimization = None
     try:
         if apply_rewrites:
-            from tfopt.analysis.optimize import optimize_with_report
+            from tfopt.analysis.optimize import optimize
 
-            optimization = optimize_with_report(dataset, seconds=seconds, cores=cores,
-                                                ram_budget=ram_budget, progress=progress)
+            optimization = optimize(dataset, seconds=seconds, cores=cores, ram_budget=ram_budget,
+                                    report=True, progress=progress)
             report = optimization.analysis
         else:
             report = run(dataset, seconds=seconds, cores=cores, ram_budget=ram_budget,

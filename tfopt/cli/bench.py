@@ -50,7 +50,8 @@ _POSITIVE = click.IntRange(min=1)
               help="Cap on full batches per epoch (quick runs) [default: an epoch is one "
                    "pass]; below one pass in all, tfopt runs without its cache under --cache "
                    "auto.")
-@click.option("--split", help="Manifest split [default: train when training].")
+@click.option("--split", help="Manifest split [default: train with --training, validation "
+              "with --eval].")
 @click.option("--tfopt-source", help="tfopt reads this copy instead (e.g. stored with "
               "convert --max-size): compares it with the others on PATH.")
 @click.option("--methods", help="Comma-separated methods, in alternation order, from naive, "

@@ -7,7 +7,7 @@ machine (``repeat``, ``deterministic``, ``drop_remainder``, ``random_crop``, ``r
 configs made from the same arguments are equal on any machine. Imports no TensorFlow.
 
 Raises:
-    tfopt.InvalidArgumentError: A field is outside what is allowed (the message names it,
+    tfopt.errors.InvalidArgumentError: A field is outside what is allowed (the message names it,
         shows the value and what is allowed).
 
 Example:
@@ -54,8 +54,9 @@ class PipelineConfig:
             data (batches need one size), ignored otherwise.
         image_key: The encoded-image feature. Defaults to the manifest's or the inferred one.
         label_key: The label feature. Defaults to the manifest's or the inferred one.
-        split: The manifest split. Defaults to "train" when training, else "validation" if
-            there is one.
+        split: The manifest split. Defaults to "train" when training, else "validation"
+            (a dataset without one is refused, never evaluated on its training split
+            unasked: pass ``split="train"`` for that). Ignored for shard files or a glob.
         random_crop: Random-resized crop (8-100 % of the area): True (in the pipeline),
             ``"device"`` (the pipeline ships squares of 256/224 of ``image_size``, central
             square of each image, and the model crops them on the accelerator: put
@@ -86,7 +87,7 @@ class PipelineConfig:
             (the pipeline runs here).
 
     Raises:
-        tfopt.InvalidArgumentError: A field is outside what is allowed.
+        tfopt.errors.InvalidArgumentError: A field is outside what is allowed.
 
     Example:
         >>> config = PipelineConfig(batch_size=64, training=True, image_size=224)
@@ -144,7 +145,7 @@ class PipelineConfig:
         """A copy with ``changes`` applied (and checked); fields left None stay None.
 
         Raises:
-            tfopt.InvalidArgumentError: An unknown field, or a value outside what is allowed.
+            tfopt.errors.InvalidArgumentError: An unknown field, or a value outside what is allowed.
         """
         known_options(changes, FIELD_NAMES, "PipelineConfig.replace")
         return dataclasses.replace(self, **changes)
@@ -161,7 +162,7 @@ def make_config(config: PipelineConfig | int | None, fields: dict,
     number in the config's place is the batch size. Keyword fields override the config's.
 
     Raises:
-        tfopt.InvalidArgumentError: An unknown field (named, with the allowed ones), or a
+        tfopt.errors.InvalidArgumentError: An unknown field (named, with the allowed ones), or a
             value outside what is allowed.
     """
     if config is not None and not isinstance(config, PipelineConfig):

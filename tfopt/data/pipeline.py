@@ -7,8 +7,8 @@ describes; ``builder.choices.describe()`` says what was chosen and why. The stag
 described in ``docs/data.md``.
 
 Raises:
-    tfopt.DatasetError: Nothing readable at the source.
-    tfopt.InvalidArgumentError: An unknown option, or a value that does not fit the data.
+    tfopt.errors.DatasetError: Nothing readable at the source.
+    tfopt.errors.InvalidArgumentError: An unknown option, or a value that does not fit the data.
 
 Example:
     >>> builder = PipelineBuilder("shards/", batch_size=64, training=True, image_size=224)
@@ -117,10 +117,10 @@ class PipelineBuilder:
         choices: The plan in words and JSON (:class:`~tfopt.data.choices.PipelineChoices`).
 
     Raises:
-        tfopt.DatasetError: Nothing readable at ``source``; as its subclass
+        tfopt.errors.DatasetError: Nothing readable at ``source``; as its subclass
             ``tfopt.errors.MissingSplitError``, no such split, or (evaluation, no split
             given) no validation split.
-        tfopt.InvalidArgumentError: An unknown option (named, with the allowed ones), or a
+        tfopt.errors.InvalidArgumentError: An unknown option (named, with the allowed ones), or a
             config value or key that does not fit the data.
 
     Example:
@@ -209,7 +209,7 @@ class PipelineBuilder:
                 way). Defaults to 0.
 
         Raises:
-            tfopt.InvalidArgumentError: ``until`` is not one of these, or ``resume_examples``
+            tfopt.errors.InvalidArgumentError: ``until`` is not one of these, or ``resume_examples``
                 is negative or given for a dataset that does not repeat.
         """
         stage = None if until is None else choice(Stage, until, "until")
@@ -526,10 +526,10 @@ def build_pipeline(source, batch_size: int, *, training: bool = False, image_siz
         **config: Other :class:`~tfopt.data.config.PipelineConfig` fields.
 
     Raises:
-        tfopt.DatasetError: Nothing readable at ``source``; as its subclass
+        tfopt.errors.DatasetError: Nothing readable at ``source``; as its subclass
             ``tfopt.errors.MissingSplitError``, no such split, or (evaluation, no split
             given) no validation split.
-        tfopt.InvalidArgumentError: An unknown option (named, with the allowed ones), or a
+        tfopt.errors.InvalidArgumentError: An unknown option (named, with the allowed ones), or a
             value that does not fit the data.
 
     Example:

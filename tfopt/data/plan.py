@@ -9,7 +9,7 @@ decision can be tested on hand-made facts. The builder (:mod:`tfopt.data.pipelin
 the facts and executes the plan; :class:`~tfopt.data.choices.PipelineChoices` renders it.
 
 Raises:
-    tfopt.InvalidArgumentError: The config does not fit the data (image data without
+    tfopt.errors.InvalidArgumentError: The config does not fit the data (image data without
         ``image_size``, a split smaller than one batch with ``drop_remainder``).
 
 Example:
@@ -288,7 +288,7 @@ def plan(config: PipelineConfig, facts: Facts) -> PipelinePlan:
         The :class:`PipelinePlan`.
 
     Raises:
-        tfopt.InvalidArgumentError: Image data without ``image_size``, or a split smaller
+        tfopt.errors.InvalidArgumentError: Image data without ``image_size``, or a split smaller
             than one batch with ``drop_remainder``.
 
     Example:

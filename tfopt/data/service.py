@@ -14,7 +14,7 @@ from an untrusted network. A worker waits for its dispatcher to answer, saying s
 servers, not by this module.
 
 Raises:
-    tfopt.InvalidArgumentError: A malformed address, host, port or work folder.
+    tfopt.errors.InvalidArgumentError: A malformed address, host, port or work folder.
     tfopt.TfoptError: A server did not start, or a worker's dispatcher did not answer.
 
 Example:
@@ -65,7 +65,7 @@ def check_host(host, argument: str = "host") -> str:
         argument: The argument's name, for the error message. Defaults to "host".
 
     Raises:
-        tfopt.InvalidArgumentError: Neither a host name nor an IP address.
+        tfopt.errors.InvalidArgumentError: Neither a host name nor an IP address.
 
     Example:
         >>> check_host("::1")
@@ -95,7 +95,7 @@ def parse_address(address: str, argument: str = "service") -> str:
         argument: The argument's name, for the error message. Defaults to "service".
 
     Raises:
-        tfopt.InvalidArgumentError: Not a ``host:port`` address with a port in 1-65535.
+        tfopt.errors.InvalidArgumentError: Not a ``host:port`` address with a port in 1-65535.
 
     Example:
         >>> parse_address("localhost:5050")
@@ -154,8 +154,8 @@ def start_dispatcher(port: int = 0, host: str = DEFAULT_HOST,
             memory only).
 
     Raises:
-        tfopt.InvalidArgumentError: ``port`` outside 0-65535.
-        tfopt.InvalidArgumentError: ``work_dir`` cannot be created.
+        tfopt.errors.InvalidArgumentError: ``port`` outside 0-65535.
+        tfopt.errors.InvalidArgumentError: ``work_dir`` cannot be created.
         tfopt.TfoptError: The server did not start (the port is in use).
 
     Example:
@@ -201,7 +201,7 @@ def start_worker(dispatcher: str, port: int = 0, host: str = DEFAULT_HOST, *,
             takes. Defaults to 60.
 
     Raises:
-        tfopt.InvalidArgumentError: A malformed ``dispatcher`` address, ``host``, ``port`` or
+        tfopt.errors.InvalidArgumentError: A malformed ``dispatcher`` address, ``host``, ``port`` or
             ``dispatcher_timeout``.
         tfopt.TfoptError: No dispatcher answered in time, or the server there is none, or the
             worker did not start (the port is in use).
@@ -380,7 +380,7 @@ def serve_main(argv: Sequence[str], stdout=None, stderr=None) -> NoReturn:
         stderr: Where the stop message goes. Defaults to None (``sys.stderr``).
 
     Raises:
-        tfopt.InvalidArgumentError: An unknown role or option, or a malformed value.
+        tfopt.errors.InvalidArgumentError: An unknown role or option, or a malformed value.
         tfopt.TfoptError: The server did not start.
     """
     parser = argparse.ArgumentParser(prog="tfopt data-service", add_help=False,

@@ -39,7 +39,7 @@ def read_limits(source, *, skip_corrupt: bool) -> list[int]:
         skip_corrupt: Skip a shard's records from a damaged header on, instead of refusing.
 
     Raises:
-        tfopt.DatasetError: A shard that cannot be read, a damaged header or a length beyond
+        tfopt.errors.DatasetError: A shard that cannot be read, a damaged header or a length beyond
             the end of its file (without ``skip_corrupt``), or a shard that holds another
             number of records than its manifest says (more: always; fewer: without
             ``skip_corrupt``), each naming the shard (and the record index).

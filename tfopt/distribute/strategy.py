@@ -489,7 +489,7 @@ def select_strategy(name: str | StrategyPlan = "auto", *, devices: Sequence | No
     logical CPUs), "multi_worker" (as ``TF_CONFIG`` or Slurm say, else one worker) and "tpu".
     The reason and the replica count are :func:`plan_strategy`'s: plan first and pass the
     plan here to print why. Building a multi-worker strategy applies
-    :func:`tfopt.fix_keras_multi_worker`.
+    :func:`~tfopt.distribute.keras_multi_worker.fix_keras_multi_worker`.
 
     Args:
         name: A strategy name ("auto", "default", "one_device", "mirrored", "multi_worker",

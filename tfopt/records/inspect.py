@@ -161,9 +161,9 @@ def inspect(path, *, fast: bool = False, sample: int = 64,
             Defaults to False.
 
     Raises:
-        tfopt.DatasetError: Nothing readable at ``path``, records that are not
+        tfopt.errors.DatasetError: Nothing readable at ``path``, records that are not
             ``tf.train.Example``, or mixed compression.
-        tfopt.InvalidArgumentError: ``sample`` is not an int >= 1, or ``fast`` not a bool.
+        tfopt.errors.InvalidArgumentError: ``sample`` is not an int >= 1, or ``fast`` not a bool.
 
     Example:
         >>> info = inspect("imagenet/train-*")

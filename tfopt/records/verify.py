@@ -147,8 +147,8 @@ def verify(path, *, workers: int | None = None, progress: bool | None = False) -
         A :class:`VerifyResult`; ``ok`` is True only when every check passed.
 
     Raises:
-        tfopt.DatasetError: Nothing to verify at ``path``.
-        tfopt.InvalidArgumentError: ``workers`` is not an int >= 1 or None.
+        tfopt.errors.DatasetError: Nothing to verify at ``path``.
+        tfopt.errors.InvalidArgumentError: ``workers`` is not an int >= 1 or None.
 
     Example:
         >>> result = verify("shards/")

@@ -133,7 +133,7 @@ def write_shard(task: ShardTask, folder: Path, report=None, should_stop=None) ->
             (its temporary file removed) with :class:`Cancelled`. Defaults to never.
 
     Raises:
-        tfopt.SourceError: A bad item, unless ``task.skip_bad``.
+        tfopt.errors.SourceError: A bad item, unless ``task.skip_bad``.
         Cancelled: ``should_stop`` asked to stop.
     """
     read = open_reader(task.source_kind, task.reader_config, task.items)

@@ -68,7 +68,7 @@ class RunConfig:
             one. Defaults to None (random).
 
     Raises:
-        tfopt.InvalidArgumentError: A field outside what is allowed (the message names it).
+        tfopt.errors.InvalidArgumentError: A field outside what is allowed (the message names it).
     """
 
     source: object

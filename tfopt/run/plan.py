@@ -139,7 +139,7 @@ def plan_run(config: RunConfig, facts: RunFacts) -> RunPlan:
     """Decide every choice of a run from its config and the facts.
 
     Raises:
-        tfopt.InvalidArgumentError: A combination that cannot work (named): a fused batch norm
+        tfopt.errors.InvalidArgumentError: A combination that cannot work (named): a fused batch norm
             under several replicas, an effective batch that is not a multiple of the global
             batch.
     """

@@ -109,8 +109,8 @@ class Run:
             ``batch_norm``, ``validation``, ``seed``); each choice defaults to "auto".
 
     Raises:
-        tfopt.InvalidArgumentError: An option out of range, or a combination that cannot work.
-        tfopt.DatasetError: Nothing readable at ``source``.
+        tfopt.errors.InvalidArgumentError: An option out of range, or a combination that cannot work.
+        tfopt.errors.DatasetError: Nothing readable at ``source``.
 
     Example:
         >>> run = tfopt.Run("shards/", image_size=96, batch_size=64, workdir="runs/exp1")
@@ -303,7 +303,7 @@ class Run:
                 Run's option sets it).
 
         Raises:
-            tfopt.InvalidArgumentError: ``steps_per_execution`` given here, or a model the
+            tfopt.errors.InvalidArgumentError: ``steps_per_execution`` given here, or a model the
                 batch-norm rewrite cannot take.
         """
         if "steps_per_execution" in compile_options:
@@ -361,7 +361,7 @@ class Run:
             The ``History``.
 
         Raises:
-            tfopt.InvalidArgumentError: The training split's length is unknown and no
+            tfopt.errors.InvalidArgumentError: The training split's length is unknown and no
                 ``steps_per_epoch`` is given.
         """
         spe = int(getattr(model, "steps_per_execution", 1) or 1)

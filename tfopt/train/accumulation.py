@@ -1,41 +1,13 @@
 """Gradient accumulation: a large effective batch from several small ones, through Keras 3.
 
-Keras 3 optimizers already accumulate: ``gradient_accumulation_steps=k`` adds up the gradients
-of k calls and applies their mean on the k-th, so k micro-batches of b examples make one update
-as if the batch held k*b (exactly so for losses that are a mean over examples, without batch
-norm: batch statistics still see b examples). This module wires it from the two numbers a user
-knows, the effective batch wanted and the batch that fits in memory, and adds what Keras lacks.
-
-What Keras lacks (read in keras/src/optimizers/base_optimizer.py, Keras 3.15): a
-``LearningRateSchedule`` is called with the optimizer's raw micro-step counter
-(``optimizer._iterations``), not with the number of real updates (``optimizer.iterations``,
-which Keras divides by k). A schedule written for "decay every 1000 updates" would decay k times
-too early. :class:`UpdateStepSchedule` wraps the schedule so that it sees ``micro_steps // k``.
-
-``gradient_accumulation_steps`` can be set on an optimizer after construction as long as it has
-not been built yet (``fit``/``train_on_batch`` build it on the first step; ``compile`` does not):
-``build`` creates one accumulator variable per trainable weight only when it is set.
-
-Under ``mixed_float16`` the ``LossScaleOptimizer`` that ``compile`` adds skips a micro-batch
-whose scaled gradients overflow (and halves the scale); the inner optimizer neither adds nor
-counts it, so that update averages the next k finite micro-batches and spans k+1 batches.
-
-What Keras gets wrong under ``MirroredStrategy``/``MultiWorkerMirroredStrategy`` (Keras 3.15,
-``BaseOptimizer._backend_apply_gradients``): it chooses between "update" and "add to the
-accumulators" with ``ops.cond`` inside the replica function, and both branches go through
-``maybe_merge_call``. TensorFlow forbids a ``merge_call`` inside a control-flow branch in a
-replica context (``RuntimeError: merge_call called while defining a new graph or a
-tf.function``, case 3 in ``tensorflow/python/distribute/mirrored_run.py``; Keras's own
-``LossScaleOptimizer._tf_apply`` says the same and moves its cond to the cross-replica context).
-Only GPUs under XLA skip merge_call. :func:`configure_accumulation` therefore gives the
-optimizer its own ``_backend_apply_gradients`` (:func:`_replica_apply_gradients`) that is used
-only in a replica context of those two strategies: it all-reduces (sums) each micro-batch's
-gradients *before* the cond, so every replica holds the same global gradient, and both branches
-then update only local copies: model weights, slots and accumulators are Keras variables with
-``aggregation="none"``, which a replica updates without merge_call. Every replica applies the
-same update to the same values, so the copies stay identical, as under Keras's own path, and
-the weights equal one device's trained on batches of ``steps`` times the global batch.
-The cost: one all-reduce per micro-batch, as training without accumulation has.
+Keras 3 optimizers accumulate with ``gradient_accumulation_steps``; this module sets it from the
+effective batch wanted and the batch that fits (:func:`make_optimizer`,
+:func:`configure_accumulation`) and adds what Keras 3.15 lacks: learning-rate schedules that
+advance once per real update (:class:`UpdateStepSchedule`), and accumulation under
+``MirroredStrategy``/``MultiWorkerMirroredStrategy``, where Keras's own fails on a
+``merge_call`` inside ``ops.cond`` (:func:`_replica_apply_gradients` all-reduces each
+micro-batch first). Why and how, loss scaling included: ``docs/train.md`` ("Gradient
+accumulation").
 """
 
 from __future__ import annotations

@@ -1,80 +1,14 @@
 """Training that survives a crash: atomic, checksummed, multi-worker-safe backups and a
 best-model checkpoint.
 
-Layout under ``directory``::
-
-    backup/latest.json                    the backup's record: epoch, batch, the weights file
-                                          it names with its SHA-256 and size, and the same
-                                          for the previous backup (its fallback); the format
-                                          is in :mod:`tfopt.train.backup_records`
-    backup/weights-000007.weights.h5      model + optimizer state of that backup
-    backup/weights-000006.weights.h5      the previous backup's
-    best.keras                            the best model so far by ``monitor``
-    best.json                             {"monitor", "value", "epoch"} of best.keras
-
-``backup/`` is deleted when fit() ends normally (unless ``delete_backup=False``): the files
-of the backup, and the folder if nothing else is in it.
-
-What Keras 3.15's ``BackupAndRestore`` and ``ModelCheckpoint`` lack and this adds:
-
-1. Atomic backups. Keras writes ``latest.weights.h5`` and then ``training_metadata.json`` in
-   place: a kill mid-write leaves half a file that fails the restart, and a kill between the two
-   pairs new weights with the old epoch. Here every file is written under a temporary name
-   (``.tmp-...``) in the same folder, fsynced and renamed; each backup's weights go to a new
-   file, whose SHA-256 is taken from the disk, then ``latest.json``, which names them, is
-   replaced atomically (the commit point), and only then the weights of the backup before the
-   previous one are deleted. Whenever the process dies, ``latest.json`` names a complete
-   weights file of the same step. ``best.keras`` and ``best.json`` are written the same way
-   (``best.json`` after ``best.keras``, so it never names a model that was not saved).
-   Taking the hash reads each weights file back once per backup.
-2. Checked restores. Keras loads whatever ``latest.weights.h5`` holds: flipped bytes resume
-   with NaN weights and no warning, a truncated file raises h5py's ``OSError``. Here the
-   weights are checked against their record's size and SHA-256 before they are loaded; a
-   damaged, missing or unloadable newest backup falls back to the previous one (a warning
-   names the file), and when neither is good the fit stops with one :class:`TfoptError` line
-   that names the folder and what to do. A backup of more epochs than the fit runs stops it
-   too (it is another training's, and Keras would run no epoch and delete it); one of exactly
-   the fit's epochs is a finished training's, and a warning says so. A backup of an earlier
-   tfopt (no checksums) or of plain Keras is restored with a warning that it is unverified.
-   Only files the backup accounts for are ever deleted: weights files no record names (its
-   ``latest.json`` was deleted, say) are not restored, not deleted and not overwritten (new
-   backups take higher numbers), with a warning naming them.
-3. Several workers (``MultiWorkerMirroredStrategy``). Keras makes every worker write the same
-   files and every worker delete the folder at the end. Here only the chief writes and deletes
-   (the strategy's ``extended.should_checkpoint``: task "chief", else worker 0). The other
-   workers still make the same save call, into a private temporary folder deleted right after,
-   because saving can take part in collective ops: reading an ``on_read`` variable (a custom
-   layer's, say) outside a replica context all-reduces it across workers, and a worker that
-   skipped it would leave the chief waiting. After a restart every worker restores from the
-   chief's ``backup/``, so the folder must be on a file system all workers share (on one
-   machine it is). Workers hold identical weights, so the chief's backup is everyone's.
-4. The best value survives a restart: ``ModelCheckpoint`` forgets it and would overwrite
-   ``best.keras`` with the next epoch's model even if it is worse; the checkpoint here reads
-   ``best.json`` back. From :func:`backup_callbacks` only when there is a backup to resume: a
-   new run in the folder of a finished one (no backup left) tracks its own best from scratch,
-   and the finished run's ``best.keras``/``best.json`` are kept, renamed to
-   ``best-previous-N.keras``/``.json`` (with a warning), rather than overwritten or left to
-   block the new run's models.
-
-A backup written by plain ``keras.callbacks.BackupAndRestore`` (``latest.weights.h5`` and
-``training_metadata.json``) is still restored; the first backup written here replaces it. Plain
-Keras does not read this layout: it finds no backup and starts from scratch.
-
-Resuming: the weights, optimizer state and epoch counter are restored (and the seed
-generator of a :class:`~tfopt.data.augment.layer.Augment` layer), and that epoch restarts from its
-first batch. With ``save_freq="epoch"`` and deterministic training (seeded,
-``tf.config.experimental.enable_op_determinism()``) the final weights equal an uninterrupted
-run's (tested by killing a process with SIGKILL mid-epoch, one of two workers of a multi-worker
-job, and with an ``Augment`` layer) as long as the data of each epoch does not depend on how
-many epochs the process has run. The input pipeline is not in the backup: a ``tf.data``
-shuffle with ``reshuffle_each_iteration`` (seeded or not; tfopt's ``PipelineBuilder`` uses one
-for shards and records, and numbers its crop seeds from the start of the dataset) starts again
-at the first epoch's order in the new process, and Keras's own random layers (``Dropout``,
-``RandomFlip``...) save no seed-generator state. Such a run resumes correctly but not
-bit-identically. With ``save_freq`` in batches the weights saved mid-epoch are
-restored but the epoch still starts from its first batch, so its early batches are seen twice
-(Keras 3.15 records the batch but does not skip to it), and the end of an epoch is not saved, so
-the backup can name an epoch that had finished. Prefer "epoch" unless epochs are long.
+Keras 3.15's ``BackupAndRestore`` writes its files in place (a kill mid-write leaves a backup
+that fails the restart), loads whatever they hold unchecked, lets every worker write, and
+``ModelCheckpoint`` forgets its best value on a restart. :func:`backup_callbacks` returns
+:class:`AtomicBackupAndRestore` and :class:`BestModelCheckpoint`, which write every file under a
+temporary name and rename it, check the weights against the SHA-256 recorded in
+``backup/latest.json`` before a restore (falling back to the previous backup), write from the
+chief alone, and keep the best value across restarts. The layout, what each guarantee covers
+and what a resumed run equals: ``docs/train.md`` ("Backups").
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """Keras callbacks that show every epoch whether the accelerator is fed.
 
 Each callback writes numbers into the epoch's ``logs``, so they reach History, CSVLogger and
-TensorBoard; put them *before* CSVLogger/TensorBoard in the ``callbacks`` list (Keras calls
-callbacks in list order and History last). The timing math lives in :mod:`tfopt.train.timing`;
-these classes only forward Keras's hooks to it.
-
-``steps_per_execution = N``: Keras 3 calls ``on_train_batch_begin(first_step)`` and
-``on_train_batch_end(last_step)`` once per N steps, so a call counts ``last - first + 1`` steps
-(Keras 2 passed the same index to both; then ``model.steps_per_execution`` is used). A last
-call of an epoch that ran out of data early is still counted as N full steps.
-
-Distribution strategies: the batch a ``tf.data`` dataset yields is the global batch, split
-across replicas by Keras, so ``batch_size`` here is the global batch and examples/s is global.
-
-What the input-stall callback can see: Keras 3 reads the next batch *inside* the compiled train
-function (``iterator.get_next()`` in the ``tf.function``), so the gap between
-``on_train_batch_end`` and the next ``on_train_batch_begin`` holds only loop and callback
-overhead, never the input wait. :class:`InputProbe` measures the wait where it happens, in the
-``tf.data`` pipeline, with ``tf.timestamp()`` before and after the pipeline's ``get_next``.
+TensorBoard; put them *before* CSVLogger/TensorBoard in the ``callbacks`` list. Keras 3 reads the
+next batch inside its compiled train function, so no callback sees the input wait:
+:class:`InputProbe` measures it in the ``tf.data`` pipeline. The timing math lives in
+:mod:`tfopt.train.timing`; these classes only forward Keras's hooks to it. How steps are
+counted under ``steps_per_execution`` and strategies, and the wait between epochs:
+``docs/train.md`` ("Callbacks").
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """The precision policy: pick it for the hardware, set it, and check a model against it.
 
-Mixed precision computes in 16 bits and keeps the weights in float32. It pays off only where the
-hardware multiplies 16-bit matrices faster than float32 ones:
-
-- NVIDIA tensor cores: float16 from Volta (compute capability 7.0), bfloat16 from Ampere (8.0).
-  float16 needs loss scaling against gradient underflow; Keras 3 adds it by itself when a model
-  built under ``mixed_float16`` is compiled (it wraps the optimizer in a
-  ``LossScaleOptimizer``). bfloat16 has float32's exponent range and needs none.
-- TPUs: bfloat16 is the native matrix-unit type.
-- x86 CPUs with AMX (Sapphire Rapids and newer) or AVX512-BF16 (Cooper Lake, Zen 4): oneDNN
-  runs bfloat16 matmuls and convolutions there, several times faster with AMX.
-
-Elsewhere a 16-bit policy is slower than float32 (casts and emulation), so the choice is float32.
-:func:`choose_policy` applies these rules to the facts of ``tfopt.gpu.hardware`` (the doctor's
-probes), or, when asked, times a short trial of both candidates and keeps the faster.
+Mixed precision pays off only where the hardware multiplies 16-bit matrices faster than float32
+ones: NVIDIA tensor cores (float16 from compute capability 7.0, bfloat16 from 8.0), TPUs, and
+x86 CPUs with AMX or AVX512-BF16; elsewhere the choice is float32. :func:`choose_policy` applies
+these rules to the facts of ``tfopt.gpu.hardware`` (the doctor's probes), or, when asked, times
+a short trial of both candidates and keeps the faster. The rules and why: ``docs/train.md``
+("Precision").
 """
 
 from __future__ import annotations

@@ -6,9 +6,10 @@ batches. :func:`synchronize_batch_norm` switches a model to statistics over the 
 A model rewrite like :func:`tfopt.fuse_batch_norm`, and exclusive with it.
 
 Example:
+    >>> from tfopt.train.sync_batch_norm import synchronize_batch_norm
     >>> with tfopt.select_strategy().scope():
     ...     model = build_model()
-    ...     tfopt.synchronize_batch_norm(model)
+    ...     synchronize_batch_norm(model)
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ def tune_steps_per_execution(model_fn: Callable[[], keras.Model], batch_size: in
         within 3 % of the fastest.
 
     Raises:
-        tfopt.InvalidArgumentError: A count below 1, or no candidates.
+        tfopt.errors.InvalidArgumentError: A count below 1, or no candidates.
 
     Example:
         >>> spe, rates = tune_steps_per_execution(lambda: build_model("mlp", 32, 10), 64, 32, 10)

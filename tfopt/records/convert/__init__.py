@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tfopt._files import fsync_dir
 from tfopt._progress import Progress
+from tfopt._supervisor import WorkerStartError
 from tfopt._system import usable_cores
 from tfopt._validate import known_options, require
 from tfopt._version import __version__
@@ -67,15 +68,16 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
         A :class:`ConvertResult` with the manifest written.
 
     Raises:
-        tfopt.SourceError: Bad input, named with its file and row or key (nothing is left
+        tfopt.errors.SourceError: Bad input, named with its file and row or key (nothing is left
             written unless ``on_error="skip"``).
-        tfopt.OutputExistsError: ``dst`` holds data and neither overwrite nor resume was given,
+        tfopt.errors.OutputExistsError: ``dst`` holds data and neither overwrite nor resume was given,
             or another conversion is writing there now.
-        tfopt.DiskFullError: The images cannot fit on ``dst``'s disk (checked before writing),
+        tfopt.errors.DiskFullError: The images cannot fit on ``dst``'s disk (checked before writing),
             or the disk filled up (the finished shards are kept for ``resume``).
-        tfopt.InvalidArgumentError: An unknown option, one of the wrong type or out of range,
+        tfopt.errors.InvalidArgumentError: An unknown option, one of the wrong type or out of range,
             or ``dst`` is ``src``, inside it or around it.
-        tfopt.TfoptError: ``dst`` cannot be written (permissions, a read-only file system).
+        tfopt.TfoptError: ``dst`` cannot be written (permissions, a read-only file system),
+            or worker processes cannot start here (``workers=1`` writes in this process).
         KeyboardInterrupt: Ctrl-C, or SIGTERM (in the main thread, where nothing else handles
             it) as its subclass ``Terminated``; the finished shards are kept for ``resume``.
 
@@ -130,7 +132,7 @@ def _convert(src: Path, dst: Path, options: ConvertOptions, progress) -> Convert
             with Progress(total_items, "convert", unit="rec",
                           enabled=progress) as bar:
                 run_tasks(todo, work, workers, journal, done, bar)
-        except WorkerDied:
+        except (WorkerDied, WorkerStartError):
             remove_temp_files(work)  # every writer is stopped: what is left is half-written
             raise  # an interruption too; its message says that finished shards are kept
         except (Cancelled, KeyboardInterrupt) as error:

@@ -93,7 +93,7 @@ class ConvertOptions:
             Defaults to None: the file's root group.
 
     Raises:
-        tfopt.InvalidArgumentError: A field of the wrong type or out of range (the message
+        tfopt.errors.InvalidArgumentError: A field of the wrong type or out of range (the message
             names it, the value received and what is allowed), or ``overwrite`` with
             ``resume``.
     """

@@ -123,7 +123,7 @@ def sample_schema(files, compression, *, records: int = 1024, max_bytes: int = 6
             Defaults to False.
 
     Raises:
-        tfopt.DatasetError: Records that are not ``tf.train.Example``, a corrupted file (named),
+        tfopt.errors.DatasetError: Records that are not ``tf.train.Example``, a corrupted file (named),
             or no records at all.
     """
     files = [Path(file) for file in files]

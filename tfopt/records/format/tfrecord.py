@@ -45,7 +45,7 @@ def detect_compression(files: list[Path], manifest: Manifest | None) -> str | No
     """``"gzip"`` or None: the manifest's, else told from the files' first bytes.
 
     Raises:
-        tfopt.DatasetError: Some files are GZIP and some not.
+        tfopt.errors.DatasetError: Some files are GZIP and some not.
     """
     if manifest is not None:
         return manifest.compression
@@ -68,7 +68,7 @@ def resolve_files(path) -> tuple[list[Path], Manifest | None, list[str]]:
             as ``"data/train-*.tfrecord"``.
 
     Raises:
-        tfopt.DatasetError: Nothing to read at ``path``, or a folder without a manifest that
+        tfopt.errors.DatasetError: Nothing to read at ``path``, or a folder without a manifest that
             holds no TFRecord files.
     """
     text = str(path)
