@@ -321,6 +321,14 @@ def numpy_cases(root: Path) -> list[Case]:
         (folder / "data.npz").write_bytes(bytes(raw))
         return folder / "data.npz"
     case("damaged_npz", corrupt_zip, "refuse")
+
+    def rows_of_nothing(folder):
+        # a header alone: 10**12 rows of shape (0,) need no data (a MemoryError once)
+        with open(folder / "x.npy", "wb") as handle:
+            np.lib.format.write_array_header_1_0(
+                handle, {"descr": "<f4", "fortran_order": False, "shape": (10**12, 0)})
+        return folder / "x.npy"
+    case("npy_1e12_rows_of_zero_values", rows_of_nothing, "refuse", label="x")
     return cases
 
 
@@ -455,6 +463,59 @@ def table_cases(root: Path) -> list[Case]:
         (folder / "data.h5").write_bytes(raw[: len(raw) // 3])
         return folder / "data.h5"
     case("hdf5_truncated", h5_truncated, "refuse")
+
+    # reads outside the source: each points at another file, which must never be read
+    def other_file(folder):
+        with h5py.File(folder / "other.h5", "w") as handle:
+            handle["x"] = x
+            handle["g/x"] = x
+            handle["g/y"] = np.arange(10) % 2
+        return folder / "other.h5"
+
+    def pointing(fill):
+        def write(folder):
+            other = other_file(folder)
+            (folder / "secret.bin").write_bytes(b"not yours " * 12)
+            with h5py.File(folder / "data.h5", "w") as handle:
+                handle["y"] = np.arange(10) % 2
+                fill(handle, other, folder)
+            return folder / "data.h5"
+        return write
+
+    def virtual(source_name):
+        def fill(handle, other, folder):
+            layout = h5py.VirtualLayout(shape=(10, 3), dtype="f4")
+            layout[:] = h5py.VirtualSource(str(folder / source_name), "x", shape=(10, 3))
+            handle.create_virtual_dataset("x", layout, fillvalue=0)
+        return fill
+
+    case("hdf5_external_raw_storage", pointing(lambda h, other, folder: h.create_dataset(
+        "x", (10, 12), dtype="u1", external=[(str(folder / "secret.bin"), 0, 120)])), "refuse")
+    case("hdf5_external_link", pointing(
+        lambda h, other, folder: h.__setitem__("x", h5py.ExternalLink(str(other), "/x"))),
+        "refuse")
+    case("hdf5_virtual_dataset", pointing(virtual("other.h5")), "refuse")
+    # HDF5 zero-fills the rows of a missing source file without a word
+    case("hdf5_virtual_dataset_source_missing", pointing(virtual("gone.h5")), "refuse")
+    case("hdf5_group_is_external_link", pointing(
+        lambda h, other, folder: h.__setitem__("g", h5py.ExternalLink(str(other), "/g"))),
+        "refuse", extra=("--group", "g"))
+
+    def soft_loop(folder):
+        with h5py.File(folder / "data.h5", "w") as handle:
+            handle["y"] = np.arange(10) % 2
+            handle["a"] = h5py.SoftLink("/b")
+            handle["b"] = h5py.SoftLink("/a")
+        return folder / "data.h5"
+    case("hdf5_soft_link_loop", soft_loop, "refuse")
+
+    def unwritten_rows(folder):
+        # chunks never written read as the fill value: 10**12 rows in a few KB
+        with h5py.File(folder / "data.h5", "w") as handle:
+            handle.create_dataset("x", (10**12,), dtype="f4", chunks=(4096,))
+            handle.create_dataset("y", (10**12,), dtype="i1", chunks=(4096,))
+        return folder / "data.h5"
+    case("hdf5_1e12_unwritten_rows", unwritten_rows, "refuse")
     return cases
 
 

@@ -210,3 +210,87 @@ def test_without_h5py_the_error_names_the_extra(tmp_path):
     assert lines[0].startswith(f"tfopt: error: {src}: reading HDF5 needs the h5py package")
     assert lines[0].endswith("pip install 'tfopt[hdf5]'")
     assert not (tmp_path / "out").exists()
+
+
+def _outside_sources(folder):
+    """name -> (HDF5 file whose /x is read from elsewhere, what the error says, --group)."""
+    other = folder / "other.h5"
+    with h5py.File(other, "w") as handle:
+        handle["x"] = np.arange(10.0)
+        handle["g/x"] = np.arange(10.0)
+        handle["g/y"] = np.arange(10) % 2
+    secret = folder / "secret.bin"
+    secret.write_bytes(b"not yours " * 8)
+    made = {}
+
+    def write(name, fill, expected, group=None):
+        path = folder / f"{name}.h5"
+        with h5py.File(path, "w") as handle:
+            handle["y"] = np.arange(10) % 2
+            fill(handle)
+        made[name] = (path, expected, group)
+
+    write("external_storage", lambda h: h.create_dataset(
+        "x", (10, 8), dtype="u1", external=[(str(secret), 0, 80)]),
+        f"[/x]: has external raw storage: its bytes are read from '{secret}'")
+    write("external_link", lambda h: h.__setitem__("x", h5py.ExternalLink(str(other), "/x")),
+          f"[/x]: is an external link to '/x' in '{other}'")
+
+    def virtual(source):
+        def fill(handle):
+            layout = h5py.VirtualLayout(shape=(10,), dtype="f8")
+            layout[:] = h5py.VirtualSource(str(source), "x", shape=(10,))
+            handle.create_virtual_dataset("x", layout, fillvalue=0)
+        return fill
+
+    write("virtual", virtual(other), f"[/x]: is a virtual dataset, whose rows are read from '{other}'")
+    # HDF5 reads a missing source file's rows as the fill value, without a word
+    missing = folder / "gone.h5"
+    write("virtual_missing_source", virtual(missing),
+          f"[/x]: is a virtual dataset, whose rows are read from '{missing}'")
+    write("group_behind_external_link",
+          lambda h: h.__setitem__("linked", h5py.ExternalLink(str(other), "/g")),
+          f"[group 'linked']: is an external link to '/g' in '{other}'", group="linked")
+    return made
+
+
+def test_nothing_outside_the_source_file_is_read(tmp_path):
+    for name, (src, expected, group) in _outside_sources(tmp_path).items():
+        dst = tmp_path / f"out-{name}"
+        with pytest.raises(SourceError) as error:
+            tfopt.convert(src, dst, workers=1, label="y", group=group)
+        assert str(error.value).startswith(f"{src} {expected}: tfopt reads only the source "
+                                           "file"), name
+        assert not dst.exists(), name
+
+
+def test_soft_links_are_followed_inside_the_file_and_a_loop_is_one_line(tmp_path):
+    inside = tmp_path / "inside.h5"
+    with h5py.File(inside, "w") as handle:
+        handle["data/x"] = np.arange(10.0)
+        handle["x"] = h5py.SoftLink("/data/x")
+        handle["y"] = np.arange(10) % 2
+    result = tfopt.convert(inside, tmp_path / "out", workers=1, label="y")
+    assert result.manifest.num_records == 10
+    looping = tmp_path / "loop.h5"
+    with h5py.File(looping, "w") as handle:
+        handle["y"] = np.arange(10) % 2
+        handle["a"] = h5py.SoftLink("/b")
+        handle["b"] = h5py.SoftLink("/a")
+    dst = tmp_path / "out-loop"
+    run = run_tfopt(["convert", looping, dst, "--label", "y", "--workers", "1", "-q"], tmp_path)
+    assert run.returncode == 1
+    assert run.stderr.strip().splitlines() == [
+        f"tfopt: error: {looping} [/a]: is a soft link to '/b' that loops (Special link "
+        "traversal failed (too many links))"]
+    assert not dst.exists()
+
+
+def test_a_shape_of_more_rows_than_memory_can_plan_is_one_line(tmp_path):
+    # unwritten chunks cost nothing on disk: 10**12 rows in a few KB
+    src = tmp_path / "huge.h5"
+    with h5py.File(src, "w") as handle:
+        handle.create_dataset("x", (10**12,), dtype="f4", chunks=(1000,))
+    with pytest.raises(SourceError, match=r"1,000,000,000,000 rows: planning a conversion "
+                       r"takes about 128 bytes of memory per row"):
+        tfopt.convert(src, tmp_path / "out", workers=1)

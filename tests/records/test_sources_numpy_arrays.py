@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import feature_values, manifest_specs, pipeline_columns, read_examples
+from tables_helpers import run_tfopt
 
 import tfopt
 from tfopt.errors import SourceError
@@ -143,3 +144,19 @@ def test_damaged_small_uncompressed_npz_member_is_named(tmp_path):
     src.write_bytes(bytes(data))
     with pytest.raises(SourceError, match=r"\[key 'pixels'\]: damaged, cannot be read"):
         tfopt.convert(src, tmp_path / "out", workers=1)
+
+
+def test_rows_of_zero_values_beyond_memory_are_one_line_not_memory_error(tmp_path):
+    # a header alone: 10**12 rows of shape (0,) need no data, and no list of them fits
+    src = tmp_path / "empty_rows.npy"
+    with open(src, "wb") as handle:
+        np.lib.format.write_array_header_1_0(
+            handle, {"descr": "<f4", "fortran_order": False, "shape": (10**12, 0)})
+    dst = tmp_path / "out"
+    run = run_tfopt(["convert", src, dst, "--workers", "1", "-q"], tmp_path)
+    assert run.returncode == 1, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"tfopt: error: {src}: 1,000,000,000,000 rows (of shape (1000000000000, 0), rows that "
+        "hold no values): planning a conversion takes about 128 bytes"), run.stderr
+    assert not dst.exists()

@@ -8,6 +8,12 @@ variable-length lists, and variable-length uint8 sequences that all hold JPEG, P
 BMP files as images. Compound, opaque, reference and other object types are refused naming
 the dataset and its type. Subgroups are not read (``group`` picks one).
 
+Nothing outside the source file is read: an external link (to another file), a virtual
+dataset (whose rows live in other files, zero-filled by HDF5 where a file is missing) and a
+dataset with external raw storage (its bytes in a file beside it, any file) are refused,
+named with the dataset and where it points. A soft link (inside the file) is followed; one
+that loops or points nowhere is refused by name.
+
 Rows are read a block of whole chunks at a time (see :mod:`.tables`). Needs h5py
 (``pip install 'tfopt[hdf5]'``), imported here only once an HDF5 source is read.
 
@@ -28,7 +34,7 @@ import numpy as np
 
 from tfopt.errors import SourceError
 from tfopt.records.schema import Encoding, FeatureKind, FeatureSpec
-from tfopt.records.sources import ScannedSource, SourceKind
+from tfopt.records.sources import ScannedSource, SourceKind, require_memory_for_rows
 from tfopt.records.sources.labels import choose_label
 from tfopt.records.sources.numpy_arrays import array_feature
 from tfopt.records.sources.tables import (
@@ -59,12 +65,65 @@ def _open(h5py, path):
         raise SourceError(path, f"not a readable HDF5 file ({error})") from None
 
 
+_OUTSIDE = ("tfopt reads only the source file, never a file it points to; copy the data into "
+            "it (h5py: f[name] = other[name][()]) and convert that")
+
+
+def _outside_problem(handle, item) -> str | None:
+    """Why ``item`` (a group or dataset opened from ``handle``) would be read from outside the
+    source file, or None. A virtual dataset reads other files' rows (and HDF5 zero-fills those
+    of a missing file without a word); external raw storage is any file's bytes."""
+    import h5py
+
+    if item.file.filename != handle.filename:  # reached through an external link on its path
+        return f"is in another file, {item.file.filename!r} (an external link)"
+    if isinstance(item, h5py.Dataset):
+        if item.is_virtual:
+            files = sorted({source.file_name for source in item.virtual_sources()})
+            return (f"is a virtual dataset, whose rows are read from "
+                    f"{', '.join(repr(f) for f in files[:3])}")
+        if item.external:
+            files = sorted({str(entry[0]) for entry in item.external})
+            return (f"has external raw storage: its bytes are read from "
+                    f"{', '.join(repr(f) for f in files[:3])}")
+    return None
+
+
+def _resolve(handle, node, name: str, where: str):
+    """``node[name]``, refused by name where its link points outside the file, loops or
+    points nowhere, or where the object would read other files."""
+    import h5py
+
+    link = node.get(name, getlink=True)
+    if isinstance(link, h5py.ExternalLink):
+        raise SourceError(where, f"is an external link to {link.path!r} in "
+                          f"{link.filename!r}: {_OUTSIDE}")
+    try:
+        item = node[name]
+    except (KeyError, OSError, RuntimeError) as error:
+        # RuntimeError: HDF5's "too many links" of a soft link that loops
+        what = (f"a soft link to {link.path!r} that " if isinstance(link, h5py.SoftLink) else "")
+        loops = "too many links" in str(error)
+        raise SourceError(where, f"is {what or 'a link that '}"
+                          f"{'loops' if loops else 'cannot be opened'} ({error})") from None
+    problem = _outside_problem(handle, item)
+    if problem:
+        raise SourceError(where, f"{problem}: {_OUTSIDE}")
+    return item
+
+
 def _group(handle, group: str | None, path):
     if group is None:
         return handle
     import h5py
 
-    node = handle.get(group)
+    node = handle
+    # step by step: any part of the path could be an external link or a looping soft link
+    for part in [part for part in group.split("/") if part]:
+        if not isinstance(node, h5py.Group) or part not in node:
+            node = None
+            break
+        node = _resolve(handle, node, part, f"{path} [group {group!r}]")
     if node is None:
         groups = sorted(name for name, item in handle.items() if isinstance(item, h5py.Group))
         raise SourceError(path, f"no group {group!r} in it; its groups: "
@@ -139,11 +198,9 @@ def scan_hdf5(src: Path, *, label, skip_bad, max_size, quality, check, group=Non
 
 def _scan(h5py, src: Path, node, label, skip_bad, group) -> ScannedSource:
     datasets, subgroups = [], []
+    handle = node.file
     for name in node:
-        try:
-            item = node[name]
-        except (KeyError, OSError) as error:  # a broken soft or external link
-            raise SourceError(src, f"{node.name.rstrip('/')}/{name} cannot be opened ({error})") from None
+        item = _resolve(handle, node, name, f"{src} [{node.name.rstrip('/')}/{name}]")
         if isinstance(item, h5py.Dataset):
             datasets.append(item)
         elif isinstance(item, h5py.Group):
@@ -171,6 +228,8 @@ def _scan(h5py, src: Path, node, label, skip_bad, group) -> ScannedSource:
     total = next(iter(counts.values()))
     if not total:
         raise SourceError(src, "datasets have no rows")
+    # a dataset's shape is all the count rests on: unwritten chunks read as the fill value
+    require_memory_for_rows(total, src)
     specs, configs = [], []
     for dataset in datasets:
         spec, config = _column(h5py, dataset, where(dataset))
@@ -265,7 +324,14 @@ def hdf5_reader(config: dict, items):
     handle = _open(h5py, path)
     node = _group(handle, config["group"], path)
     columns = config["columns"]
-    datasets = [node[column["path"]] for column in columns]
+    datasets = []
+    for column in columns:
+        # checked again where the rows are read: the file may have been replaced since the scan
+        dataset = node[column["path"]]
+        problem = _outside_problem(handle, dataset)
+        if problem:
+            raise SourceError(f"{path} [dataset {column['path']!r}]", f"{problem}: {_OUTSIDE}")
+        datasets.append(dataset)
     block_rows, total = config["block_rows"], config["total"]
     class_index = ({name.encode("utf-8"): index
                     for index, name in enumerate(config["class_names"])}

@@ -26,7 +26,7 @@ import numpy as np
 from tfopt.errors import SourceError
 from tfopt.records.manifest import SkippedItem
 from tfopt.records.schema import INT64_MAX, Encoding, FeatureKind, FeatureSpec
-from tfopt.records.sources import ScannedSource, SourceKind
+from tfopt.records.sources import ScannedSource, SourceKind, require_memory_for_rows
 from tfopt.records.sources.labels import choose_label, labels_from_values
 from tfopt.records.sources.paths import UnreadableFile, list_folder, path_problem
 
@@ -234,6 +234,10 @@ def scan_numpy(src: Path, *, label, skip_bad, max_size, quality, check) -> Scann
     count = next(iter(counts.values()))
     if count == 0:
         raise SourceError(src, "arrays have no rows")
+    # a header's shape is all the row count rests on: rows of zero values need no data
+    empty_rows = all(not math.prod(ref.shape[1:]) for ref in refs)
+    require_memory_for_rows(count, src, f" (of shape {refs[0].shape}, rows that hold no "
+                            "values)" if empty_rows else "")
 
     label_key = choose_label(label, [ref.key for ref in refs], src, "array")
     for ref in refs:

@@ -32,7 +32,12 @@ import numpy as np
 
 from tfopt.errors import SourceError
 from tfopt.records.schema import Encoding, FeatureKind, FeatureSpec
-from tfopt.records.sources import PARQUET_SUFFIXES, ScannedSource, SourceKind
+from tfopt.records.sources import (
+    PARQUET_SUFFIXES,
+    ScannedSource,
+    SourceKind,
+    require_memory_for_rows,
+)
 from tfopt.records.sources.labels import choose_label
 from tfopt.records.sources.numpy_arrays import array_feature
 from tfopt.records.sources.paths import UnreadableFile, is_folder, list_folder, path_problem
@@ -361,6 +366,8 @@ def _scan(pa, src: Path, files: list[Path], schemas, metadata, label, skip_bad) 
     specs, configs = list(specs), list(configs)
     label_key = choose_label(label, names, src, "column")
 
+    # the row counts are the footers' word: checked before a list of that length is made
+    require_memory_for_rows(sum(part.num_rows for part in metadata), src)
     # blocks: every non-empty row group of every file, in order
     blocks, starts, row_bytes, file_starts = [], [], [], []
     total = 0
