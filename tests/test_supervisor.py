@@ -8,6 +8,7 @@ wait is on a condition with a generous timeout, never on a timing.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import select
 import signal
@@ -18,7 +19,7 @@ import time
 
 import pytest
 
-from tfopt._supervisor import Supervisor, exit_code
+from tfopt._supervisor import ChildLimit, Supervisor, exit_code, over_limits
 from tfopt.errors import InvalidArgumentError
 
 PY = sys.executable
@@ -179,6 +180,102 @@ def test_signals_reach_the_childs_own_children():
         supervisor.stop()
     assert child.returncode == -signal.SIGTERM
     assert wait_until(lambda: is_gone(pid)), f"grandchild {pid} outlived the stop"
+
+
+# A child that starts a grandchild ignoring SIGTERM (it prints its pid once its handler is set),
+# then does what argv[1] says: "exit" (0 at once) or "stay" (handle SIGTERM by exiting 0).
+LEAVES_A_GRANDCHILD = textwrap.dedent("""
+    import signal, subprocess, sys, time
+    grandchild = ("import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                  "print(os.getpid(), flush=True); time.sleep(60)")
+    subprocess.Popen([sys.executable, "-c", grandchild])
+    if sys.argv[1] == "stay":
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+        time.sleep(60)
+""")
+
+
+def start_leaving_a_grandchild(supervisor: Supervisor, mode: str) -> tuple[subprocess.Popen,
+                                                                           int]:
+    child = supervisor.start([PY, "-c", LEAVES_A_GRANDCHILD, mode], stdout=subprocess.PIPE,
+                             text=True)
+    return child, int(read_line(child.stdout))  # the grandchild's pid: it ignores SIGTERM now
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids of the processes of group ``pgid`` that are not zombies."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+                members.append(int(entry))
+    return members
+
+
+@linux_only
+def test_a_grandchild_left_by_an_exited_child_is_stopped_on_leaving_the_block():
+    # the child is gone before the block ends; its group is not, and is stopped whole:
+    # SIGTERM (ignored), then SIGKILL after the grace
+    with Supervisor(grace_seconds=0.3) as supervisor:
+        child, grandchild = start_leaving_a_grandchild(supervisor, "exit")
+        assert supervisor.wait(TIMEOUT) and child.returncode == 0
+        assert not is_gone(grandchild)  # waiting is for the child, not its group
+    assert group_members(child.pid) == []
+    assert is_gone(grandchild)
+    assert child.returncode == 0  # its own exit code is kept
+
+
+@linux_only
+def test_stop_lasts_until_the_group_is_empty_and_then_kills_what_ignores_sigterm():
+    # the child ends at SIGTERM; its grandchild ignores it and is killed after the grace
+    with Supervisor(grace_seconds=0.5) as supervisor:
+        child, grandchild = start_leaving_a_grandchild(supervisor, "stay")
+        started = time.monotonic()
+        supervisor.stop()
+        assert time.monotonic() - started >= 0.5  # the grace was given to the group
+        assert child.returncode == 0
+        assert is_gone(grandchild) and group_members(child.pid) == []
+
+
+def test_child_limits_read_the_open_file_limit_of_this_process():
+    # in a child whose soft open-file limit is 256: 2 files each leave room for (256 - open
+    # now - 32 kept for the process itself) // 2, and the remedy names what 500 would need
+    code = textwrap.dedent("""
+        import json, os, resource
+        from tfopt._supervisor import child_limits
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        limits = child_limits(500, files_per_child=2, tasks_per_child=3, noun="worker")
+        print(json.dumps([[l.name, l.most, l.reason, l.remedy] for l in limits]))
+    """)
+    done = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    limits = {name: (most, reason, remedy) for name, most, reason, remedy
+              in json.loads(done.stdout)}
+    most, reason, remedy = limits["ulimit -n"]
+    assert 100 < most < (256 - 32) // 2 + 1
+    assert "each worker holds 2 open files in this process" in reason
+    assert "the open-file limit (ulimit -n) is 256" in reason
+    assert remedy.startswith("raise it: ulimit -n ") and int(remedy.split()[-1]) > 1000
+    if sys.platform.startswith("linux"):
+        assert {"kernel.pid_max", "kernel.threads-max"} <= set(limits)
+
+
+def test_over_limits_names_the_tightest_limit_first_and_the_others_after():
+    limits = [ChildLimit("free ports", 28000, "28000 ports are free", "widen the range"),
+              ChildLimit("ulimit -n", 500, "the open-file limit is 1024", "ulimit -n 4096"),
+              ChildLimit("kernel.pid_max", 90000, "pid_max is 4194304", "sysctl")]
+    assert over_limits(400, limits, "workers") is None
+    assert over_limits(600, limits, "workers") == (
+        "workers=600: expected at most 500 here: the open-file limit is 1024; ulimit -n 4096")
+    assert over_limits(30000, limits, "workers") == (
+        "workers=30000: expected at most 500 here: the open-file limit is 1024; ulimit -n "
+        "4096 (these allow fewer than 30000 too: free ports 28000)")
 
 
 def test_no_child_is_left_behind_when_an_exception_leaves_the_block():

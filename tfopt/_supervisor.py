@@ -4,8 +4,12 @@ A :class:`Supervisor` starts children that Linux kills when the parent dies (eve
 each in its own session (a terminal's Ctrl-C reaches the parent alone); forwards SIGINT and
 SIGTERM received by the parent to them (a second one kills them); stops them with a signal,
 then SIGKILL after a grace period; and on leaving its ``with`` block stops whatever still runs
-(SIGKILL at once when an exception leaves it). :func:`exit_code` is the shell's code of a
-return code (128 + N for death by signal N). No TensorFlow is imported.
+(SIGKILL at once when an exception leaves it). Each of these reaches a child's whole process
+group, and keeps reaching it after the child itself has exited: a grandchild left running
+(one that ignores SIGTERM included) is stopped with it. :func:`exit_code` is the shell's code
+of a return code (128 + N for death by signal N). :func:`child_limits` says how many more
+children the machine's limits (open files, processes, threads) let this process start. No
+TensorFlow is imported.
 
 The parent-death signal is set by a tiny Python program that runs first in the child and then
 executes the command (``prctl(PR_SET_PDEATHSIG)`` survives ``execve``), not by ``preexec_fn``:
@@ -25,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import logging
 import math
@@ -269,6 +274,242 @@ def _resolve(program: str, env: Mapping[str, str] | None, cwd=None) -> str:
     return found
 
 
+# -- how many children the machine lets this process start --------------------------------------
+
+# Open files this process keeps for itself beyond what its children need: the three pipes (six
+# descriptors) of a start in progress, the files Python opens to import and log, with room.
+_RESERVED_FILES = 32
+# Tasks (processes and threads) kept free for this process and the rest of the user's session,
+# so that hitting a limit exactly does not leave the shell unable to run ``kill``.
+_RESERVED_TASKS = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildLimit:
+    """One limit on the children this process can start now.
+
+    Attributes:
+        name: Its short name ("ulimit -n", "kernel.pid_max").
+        most: How many more children fit under it.
+        reason: What it is, with its numbers ("each worker needs 2 open files here and the
+            open-file limit (ulimit -n) is 1024, 9 in use").
+        remedy: What to do when more are needed ("raise it: ulimit -n 4096").
+    """
+
+    name: str
+    most: int
+    reason: str
+    remedy: str
+
+
+def _open_files() -> int | None:
+    """Descriptors open in this process now; None where the system cannot list them."""
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        try:
+            return max(0, len(os.listdir(folder)) - 1)  # less the one listdir itself opened
+        except OSError:
+            continue
+    return None
+
+
+def _proc_status(pid: str, keys: Sequence[str]) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return {key: value.strip() for key, _, value in (line.partition(":")
+                                                             for line in status)
+                    if key in keys}
+    except OSError:  # gone meanwhile, or not ours to read
+        return {}
+
+
+def _user_tasks(uid: int) -> int:
+    """Threads of every process whose real user is ``uid``: what RLIMIT_NPROC counts."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _proc_status(entry, ("Uid", "Threads"))
+            with contextlib.suppress(KeyError, ValueError, IndexError):
+                if int(fields["Uid"].split()[0]) == uid:
+                    total += int(fields["Threads"])
+    return total
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as handle:
+            return int(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):  # absent, "max" (no limit), unreadable
+        return None
+
+
+def _cgroup_task_room() -> tuple[int, str] | None:
+    """(tasks still allowed, the cgroup folder) of the tightest ``pids.max`` over this
+    process's cgroup and its ancestors (a container's ``--pids-limit``); None for none."""
+    try:
+        with open("/proc/self/cgroup") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    folders = []
+    for line in lines:
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hierarchy == "0" and controllers == "":  # cgroup v2: one unified tree
+            folders.append(("/sys/fs/cgroup", path))
+        elif "pids" in controllers.split(","):  # cgroup v1: the pids controller's tree
+            folders.append(("/sys/fs/cgroup/pids", path))
+    tightest = None
+    for root, path in folders:
+        parts = [part for part in path.split("/") if part]
+        for depth in range(len(parts), -1, -1):
+            folder = os.path.join(root, *parts[:depth])
+            most = _read_int(os.path.join(folder, "pids.max"))
+            used = _read_int(os.path.join(folder, "pids.current"))
+            if most is not None and used is not None and (
+                    tightest is None or most - used < tightest[0]):
+                tightest = (most - used, folder)
+    return tightest
+
+
+def child_limits(children: int, *, files_per_child: int, tasks_per_child: int,
+                 noun: str = "child") -> list[ChildLimit]:
+    """The limits on starting ``children`` more children from this process, read now.
+
+    Read, where the system has them: the open-file limit (``RLIMIT_NOFILE``) against the
+    descriptors open here, the user's process limit (``RLIMIT_NPROC``, which counts threads;
+    not applied by the kernel to root) against the user's tasks, the cgroup's ``pids.max`` (a
+    container's limit) and the kernel's ``threads-max`` and ``pid_max`` against the tasks that
+    run. A limit this system does not have is left out; each one's ``remedy`` names what
+    ``children`` would need.
+
+    Args:
+        children: The children wanted (the remedies are worded for that many).
+        files_per_child: Descriptors this process holds for each child while it runs (2 for
+            its stdout and stderr pipes).
+        tasks_per_child: Tasks each child takes at least: its process, and any thread of this
+            process that serves it.
+        noun: What the messages call a child ("worker"). Defaults to "child".
+
+    Returns:
+        The limits, each with how many more children fit under it.
+
+    Example:
+        >>> min(limit.most for limit in child_limits(8, files_per_child=2, tasks_per_child=3))
+        9980
+    """
+    limits = []
+    try:
+        import resource
+    except ImportError:  # not a Unix: none of these limits can be read
+        return limits
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    in_use = _open_files()
+    if soft != resource.RLIM_INFINITY and in_use is not None and files_per_child > 0:
+        need = in_use + _RESERVED_FILES + children * files_per_child
+        remedy = (f"raise it: ulimit -n {need}" if hard == resource.RLIM_INFINITY or need <= hard
+                  else f"its hard limit is {hard}: have it raised to {need} or more, or start "
+                  "fewer")
+        files = "an open file" if files_per_child == 1 else f"{files_per_child} open files"
+        limits.append(ChildLimit(
+            "ulimit -n", max(0, (soft - in_use - _RESERVED_FILES) // files_per_child),
+            f"each {noun} holds {files} in this process and the open-file limit (ulimit -n) "
+            f"is {soft}, {in_use} in use", remedy))
+    if tasks_per_child <= 0 or not os.path.isdir("/proc"):
+        return limits
+    tasks = f"each {noun} takes at least {tasks_per_child} tasks (processes and threads)"
+    soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    # the kernel does not apply RLIMIT_NPROC to root (nor to CAP_SYS_RESOURCE/CAP_SYS_ADMIN)
+    if soft != resource.RLIM_INFINITY and os.getuid() != 0:
+        used = _user_tasks(os.getuid())
+        need = used + _RESERVED_TASKS + children * tasks_per_child
+        remedy = (f"raise it: ulimit -u {need}" if hard == resource.RLIM_INFINITY or need <= hard
+                  else f"its hard limit is {hard}: have it raised to {need} or more, or start "
+                  "fewer")
+        limits.append(ChildLimit(
+            "ulimit -u", max(0, (soft - used - _RESERVED_TASKS) // tasks_per_child),
+            f"{tasks} and the user's process limit (ulimit -u) is {soft}, {used} in use",
+            remedy))
+    room = _cgroup_task_room()
+    if room is not None:
+        left, folder = room
+        limits.append(ChildLimit(
+            "pids.max", max(0, (left - _RESERVED_TASKS) // tasks_per_child),
+            f"{tasks} and the cgroup {folder} allows {left} more (pids.max)",
+            "raise the container's process limit (docker run --pids-limit, systemd TasksMax=) "
+            "or start fewer"))
+    try:
+        with open("/proc/loadavg") as handle:
+            running = int(handle.read().split()[3].split("/")[1])  # "1/234": tasks now
+    except (OSError, ValueError, IndexError):
+        running = None
+    for key, path in (("kernel.threads-max", "/proc/sys/kernel/threads-max"),
+                      ("kernel.pid_max", "/proc/sys/kernel/pid_max")):
+        most = _read_int(path)
+        if most is not None and running is not None:
+            need = running + _RESERVED_TASKS + children * tasks_per_child
+            limits.append(ChildLimit(
+                key, max(0, (most - running - _RESERVED_TASKS) // tasks_per_child),
+                f"{tasks} and the kernel allows {most} ({key}), {running} running",
+                f"raise it: sysctl -w {key}={need}"))
+    return limits
+
+
+def over_limits(wanted: int, limits: Sequence[ChildLimit], name: str) -> str | None:
+    """The one-line refusal of ``name=wanted`` when a limit allows fewer; None when all allow
+    it. The tightest limit comes first, with its remedy; any other one it exceeds follows."""
+    over = sorted((limit for limit in limits if limit.most < wanted), key=lambda x: x.most)
+    if not over:
+        return None
+    first, rest = over[0], over[1:]
+    line = (f"{name}={wanted}: expected at most {first.most} here: {first.reason}; "
+            f"{first.remedy}")
+    if rest:  # named only: raising the first alone would not be enough
+        line += f" (these allow fewer than {wanted} too: " + ", ".join(
+            f"{limit.name} {limit.most}" for limit in rest) + ")"
+    return line
+
+
+# -- process groups ---------------------------------------------------------------------------
+
+
+def _groups_with_live_members(pgids: set[int]) -> set[int]:
+    """Those of ``pgids`` (process groups of children that have exited) that still hold a
+    process that is not a zombie: the ones left to stop.
+
+    ``killpg(pgid, 0)`` answers for most (no such group); a group it finds may hold only
+    zombies (dead, waiting for a parent that does not reap them, as a container's init may
+    not), which ``/proc`` tells apart. A group of processes this user may not signal is not
+    one to stop.
+    """
+    found = set()
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            continue
+        found.add(pgid)
+    if not found:
+        return found
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no /proc (not Linux): zombies count as members
+        return found
+    live = set()
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        with contextlib.suppress(IndexError, ValueError):
+            if int(fields[2]) in found and fields[0] not in (b"Z", b"X"):
+                live.add(int(fields[2]))
+    return live
+
+
 class Supervisor:
     """Starts, signals, stops and reaps child processes; see the module docstring.
 
@@ -280,7 +521,9 @@ class Supervisor:
         forward_signals: Forward SIGINT/SIGTERM to the children while the ``with`` block runs
             (main thread only; a signal ignored on entry stays ignored). Defaults to True.
         own_session: Start each child in its own session and signal its whole process group
-            (its children too). Defaults to True.
+            (its children too), until no process of the group is left: a group whose child
+            has exited is still stopped on :meth:`stop` and on leaving the ``with`` block.
+            Defaults to True.
 
     Raises:
         InvalidArgumentError: ``grace_seconds`` is not a number >= 0.
@@ -294,6 +537,10 @@ class Supervisor:
         self.forward_signals = forward_signals
         self.own_session = own_session
         self._processes: list[subprocess.Popen] = []
+        # process groups (the child's pid: each child leads its own session) not yet seen
+        # empty; a group seen empty is forgotten, never signalled again, since its number
+        # may then be given to an unrelated process (Linux keeps it while a member lives)
+        self._groups: set[int] = set()
         self._received: list[int] = []
         self._saved_handlers: dict[int, object] = {}
 
@@ -311,7 +558,7 @@ class Supervisor:
 
     def __exit__(self, exc_type, exc, traceback) -> None:
         try:
-            if self.running():
+            if self._pending():
                 # an exception (Ctrl-C without forwarding included): no waiting
                 self.stop(signal.SIGKILL if exc_type is not None else signal.SIGTERM)
         finally:
@@ -367,6 +614,8 @@ class Supervisor:
         process = subprocess.Popen(argv, env=None if env is None else dict(env),
                                    start_new_session=self.own_session, **popen_kwargs)
         self._processes.append(process)
+        if self.own_session:
+            self._groups.add(process.pid)
         if self._received:  # a signal came while it started: it gets it too
             self._signal(process, self._received[0] if len(self._received) == 1
                          else signal.SIGKILL)
@@ -388,6 +637,19 @@ class Supervisor:
                 return index
         return None
 
+    def _pending(self) -> list[subprocess.Popen]:
+        """The children still running, and (with ``own_session``) those that have exited but
+        whose process group still holds a live process (a grandchild left running)."""
+        running, exited = [], {}
+        for process in self._processes:
+            if process.poll() is None:
+                running.append(process)
+            elif process.pid in self._groups:
+                exited[process.pid] = process
+        live = _groups_with_live_members(set(exited))
+        self._groups.difference_update(set(exited) - live)
+        return running + [exited[pgid] for pgid in live]
+
     def _signal(self, process: subprocess.Popen, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             if self.own_session:
@@ -396,9 +658,20 @@ class Supervisor:
                 process.send_signal(signum)
 
     def send(self, signum: int) -> None:
-        """Send ``signum`` to every running child (its process group with ``own_session``)."""
-        for process in self.running():
+        """Send ``signum`` to every running child (its process group with ``own_session``,
+        also once the child itself has exited, while a process of the group is left)."""
+        for process in self._pending():
             self._signal(process, signum)
+
+    def _settle(self, timeout: float, tick: Callable[[float], object] | None) -> bool:
+        """Wait until no child and no process of their groups is left; False at the timeout."""
+        deadline = time.monotonic() + timeout
+        while self._pending():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            (tick or time.sleep)(min(POLL_SECONDS, left))
+        return True
 
     def wait(self, timeout: float | None = None, *,
              tick: Callable[[float], object] | None = None) -> bool:
@@ -425,7 +698,11 @@ class Supervisor:
              tick: Callable[[float], object] | None = None) -> None:
         """Send ``signum`` to the running children, then SIGKILL what is left after ``grace``.
 
-        Returns once every child is reaped (or, for an unkillable one, after 5 s more).
+        With ``own_session`` both reach each child's whole process group, and the grace lasts
+        until the groups are empty: a grandchild that ignores the signal is killed with its
+        parent, and so is one left running by a child that has exited already. Returns once
+        every child is reaped and every process of their groups is gone (or, for an
+        unkillable one, after 5 s more).
 
         Args:
             signum: The first signal; None to send none (one was already forwarded).
@@ -434,12 +711,20 @@ class Supervisor:
             tick: As for :meth:`wait`. Defaults to None.
         """
         grace = self.grace_seconds if grace is None else _grace(grace, "grace")
+        pending = self._pending()
+        orphaned = sum(process.returncode is not None for process in pending)
+        if orphaned:
+            logger.info("%d exited child process(es) left processes running in their process "
+                        "group: stopping those too", orphaned)
         if signum is not None:
             self.send(signum)
-        if signum != signal.SIGKILL and not self.wait(grace, tick=tick):
-            logger.info("%d child process(es) still running %.1f s after the stop signal: "
-                        "killing them", len(self.running()), grace)
+        if signum != signal.SIGKILL and not self._settle(grace, tick):
+            logger.info("%d child process group(s) still running %.1f s after the stop signal: "
+                        "killing them", len(self._pending()), grace)
         self.send(signal.SIGKILL)
         for process in self._processes:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=_REAP_SECONDS)
+        # a killed grandchild is gone once the kernel has run its exit, a moment after the
+        # signal: wait for that, so that nothing of the children runs when this returns
+        self._settle(_REAP_SECONDS, tick)

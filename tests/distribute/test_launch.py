@@ -12,7 +12,9 @@ import time
 import pytest
 from click.testing import CliRunner
 
+from tfopt._supervisor import WorkerStartError
 from tfopt.cli.launch import launch
+from tfopt.distribute.cluster import cluster_tf_configs, free_port_count
 from tfopt.distribute.launch import launch_workers
 from tfopt.errors import InvalidArgumentError
 
@@ -307,3 +309,81 @@ def test_bad_arguments_are_named_before_anything_starts(kwargs, match):
     arguments = {"workers": 2, **kwargs}
     with pytest.raises(InvalidArgumentError, match=match):
         launch_workers([sys.executable, "-c", "pass"], arguments.pop("workers"), **arguments)
+
+
+# -- more workers than the machine can start ----------------------------------------------------
+
+
+def test_more_workers_than_ports_exist_are_refused_before_any_starts(tmp_path):
+    # 100000 exceeds every machine's ports (and here the open files too): one error naming
+    # the limit, not 26 s of starts ending in "Too many open files"
+    marker = tmp_path / "started"
+    with pytest.raises(WorkerStartError, match=r"^workers=100000: expected at most \d+ here: "):
+        launch_workers(worker(f"open({str(marker)!r}, 'a').close()"), 100000)
+    assert not marker.exists()
+    with pytest.raises(InvalidArgumentError, match=r"^workers=100000: expected at most"):
+        cluster_tf_configs(workers=100000)
+
+
+def test_the_open_file_limit_bounds_the_workers_and_the_error_says_what_to_do(tmp_path):
+    # a launcher whose soft open-file limit is 128 has room for (128 - open - 32) // 2 workers
+    marker = tmp_path / "started"
+    code = textwrap.dedent(f"""
+        import resource, sys
+        from tfopt._supervisor import WorkerStartError
+        from tfopt.distribute.launch import launch_workers
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (128, hard))
+        try:
+            launch_workers([sys.executable, "-c", "open({str(marker)!r}, 'a').close()"], 60)
+        except WorkerStartError as error:
+            print(error)
+    """)
+    done = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("workers=60: expected at most ")
+    assert "each worker holds 2 open files in this process and the open-file limit " \
+           "(ulimit -n) is 128" in done.stdout
+    assert "raise it: ulimit -n " in done.stdout
+    assert not marker.exists()
+
+
+def test_free_port_count_reads_the_ephemeral_range():
+    counted = free_port_count()
+    if not sys.platform.startswith("linux"):
+        assert counted is None
+        return
+    ports, where = counted
+    low, high = (int(part) for part in where.split()[1].rstrip(",").split("-"))
+    assert 0 < ports <= high - low + 1 and where.startswith("net.ipv4.ip_local_port_range")
+
+
+# -- a worker's own children do not outlive the job ----------------------------------------------
+
+
+# Worker code: start a grandchild that ignores SIGTERM and writes its pid to PIDS/g<INDEX>
+# (once it ignores it), wait for that, then end as END says.
+def leaves_a_grandchild(pids, end: str) -> list[str]:
+    grandchild = ("import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                  "open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid())); "
+                  "os.replace(sys.argv[1] + '.tmp', sys.argv[1]); time.sleep(60)")
+    return worker(
+        "import subprocess; "
+        f"path = os.path.join({str(pids)!r}, 'g' + str(INDEX)); "
+        f"subprocess.Popen([sys.executable, '-c', {grandchild!r}, path]); "
+        "[time.sleep(0.02) for _ in range(3000) if not os.path.exists(path)]; "
+        f"{end}")
+
+
+def grandchildren(pids, count: int) -> list[int]:
+    return [int((pids / f"g{index}").read_text()) for index in range(count)]
+
+
+@pytest.mark.parametrize("end, code", [("sys.exit(0)", 0), ("sys.exit(3 * INDEX)", 3)])
+def test_a_grandchild_that_ignores_sigterm_is_killed_when_the_job_ends(tmp_path, end, code):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    result = launch_workers(leaves_a_grandchild(pids, end), 2, grace_seconds=0.5)
+    assert result.exit_code == code
+    left = [pid for pid in grandchildren(pids, 2) if not is_gone(pid)]
+    assert left == [], f"grandchildren {left} outlived the job"

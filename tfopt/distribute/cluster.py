@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import os
 import socket
 from collections.abc import Mapping, Sequence
 
+from tfopt._supervisor import ChildLimit, child_limits, over_limits
 from tfopt._validate import is_int, require
 from tfopt.errors import InvalidArgumentError
 
@@ -129,7 +131,9 @@ def free_ports(count: int, host: str = LOCALHOST) -> list[int]:
         host: The address to bind. Defaults to "localhost".
 
     Raises:
-        InvalidArgumentError: ``count`` < 1.
+        InvalidArgumentError: ``count`` < 1, or more ports than can be held open at once here
+            (the open-file limit, or the free ports of the ephemeral range; the message says
+            how many were found).
 
     Example:
         >>> free_ports(2)
@@ -139,10 +143,79 @@ def free_ports(count: int, host: str = LOCALHOST) -> list[int]:
     with contextlib.ExitStack() as stack:
         ports = []
         for _ in range(count):
-            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind((host, 0))
+            try:
+                sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+                sock.bind((host, 0))
+            except OSError as error:
+                if error.errno not in (errno.EMFILE, errno.ENFILE, errno.EADDRINUSE,
+                                       errno.ENOBUFS, errno.ENOMEM):
+                    raise
+                # out of descriptors or of ephemeral ports: the same error at any count above
+                raise InvalidArgumentError(
+                    f"count={count}: expected at most {len(ports)} here: {len(ports)} ports "
+                    f"were found free on {host} before {error.strerror or error} (each held "
+                    "open by a socket until all are found; see ulimit -n and "
+                    "net.ipv4.ip_local_port_range)") from None
             ports.append(sock.getsockname()[1])
     return ports
+
+
+# Where Linux says which ports binding to port 0 picks from, and which of them it skips.
+_PORT_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+_RESERVED_PORTS = "/proc/sys/net/ipv4/ip_local_reserved_ports"
+_TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
+
+
+def port_limit() -> ChildLimit | None:
+    """The limit :func:`free_port_count` sets on workers given a port each; None where the
+    system does not say."""
+    counted = free_port_count()
+    if counted is None:
+        return None
+    ports, where = counted
+    return ChildLimit("free ports", ports,
+                      f"each worker takes a free port and {ports} are free ({where})",
+                      "widen the range (sysctl -w net.ipv4.ip_local_port_range) or start fewer")
+
+
+def free_port_count() -> tuple[int, str] | None:
+    """How many ports :func:`free_ports` can find now, at most, and where that was read.
+
+    Binding to port 0 takes a port of the kernel's ephemeral range
+    (``net.ipv4.ip_local_port_range``, 32768-60999 by default: 28232 ports) that is neither
+    reserved (``net.ipv4.ip_local_reserved_ports``) nor held by a TCP socket now.
+
+    Returns:
+        ``(ports, description)``, e.g. ``(28190, "net.ipv4.ip_local_port_range 32768-60999, 42
+        in use")``; None where the system does not say (not Linux).
+
+    Example:
+        >>> free_port_count()[0]
+        28190
+    """
+    try:
+        with open(_PORT_RANGE) as handle:
+            low, high = (int(part) for part in handle.read().split())
+    except (OSError, ValueError):
+        return None
+    taken: set[int] = set()
+    with contextlib.suppress(OSError, ValueError):
+        with open(_RESERVED_PORTS) as handle:
+            for part in handle.read().strip().split(","):
+                if part:
+                    first, _, last = part.partition("-")
+                    taken.update(range(int(first), int(last or first) + 1))
+    for table in _TCP_TABLES:
+        with contextlib.suppress(OSError):
+            with open(table) as handle:
+                next(handle, None)  # the header
+                for line in handle:
+                    # "sl local_address:port(hex) rem_address ...": the local port
+                    with contextlib.suppress(IndexError, ValueError):
+                        taken.add(int(line.split()[1].rsplit(":", 1)[1], 16))
+    in_use = sum(low <= port <= high for port in taken)
+    return (max(0, high - low + 1 - in_use),
+            f"net.ipv4.ip_local_port_range {low}-{high}, {in_use} in use or reserved")
 
 
 def tf_config(workers: Sequence[str], index: int, task_type: str = "worker") -> dict:
@@ -182,8 +255,9 @@ def cluster_tf_configs(workers: int | None = None, hosts: str | Sequence[str] | 
             unless addresses are given).
 
     Raises:
-        InvalidArgumentError: Neither ``workers`` nor ``hosts``, a bad address, or a count that
-            does not match ``hosts``.
+        InvalidArgumentError: Neither ``workers`` nor ``hosts``, a bad address, a count that
+            does not match ``hosts``, or more free ports than this machine has (or can hold
+            open at once: the message names the limit).
 
     Example:
         >>> for config in cluster_tf_configs(hosts="node1:2222,node2:2222"):
@@ -196,6 +270,14 @@ def cluster_tf_configs(workers: int | None = None, hosts: str | Sequence[str] | 
     else:
         require(is_int(workers) and workers >= 1, "workers", workers,
                 "an int >= 1 (or hosts)")
+        # refused at once: binding ever more sockets to port 0 slows as the range fills (18 s
+        # of kernel time to reach a 20000-file limit) before failing anyway; each port found
+        # holds a socket (an open file) until all are
+        limits = child_limits(workers, files_per_child=1, tasks_per_child=0, noun="port")
+        ports = port_limit()
+        refusal = over_limits(workers, limits if ports is None else [*limits, ports], "workers")
+        if refusal is not None:
+            raise InvalidArgumentError(refusal)
         addresses = [f"{host}:{port}" for port in free_ports(workers, host)]
     return [tf_config(addresses, index) for index in range(len(addresses))]
 
