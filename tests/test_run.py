@@ -277,13 +277,20 @@ def test_under_tfopt_launch_a_killed_worker_resumes_from_the_chiefs_backup(shard
     script, marker, workdir = tmp_path / "train.py", tmp_path / "killed", tmp_path / "run"
     script.write_text(MULTI_WORKER_SCRIPT)
 
-    def launch():
+    def launch(workdir=workdir, marker=marker):
         lines = []
         result = launch_workers([sys.executable, str(script), str(shards), str(workdir),
                                  str(marker)], 2, grace_seconds=5,
                                 on_line=lambda index, stream, line: lines.append((index, line)))
         seen = {index: [line for i, line in lines if i == index] for index in (0, 1)}
         return result, seen, [line for _, line in lines]
+
+    # the uninterrupted run: its marker is there already, so no worker kills itself
+    never = tmp_path / "uninterrupted"
+    never.touch()
+    result, seen, lines = launch(tmp_path / "reference", never)
+    assert result.exit_code == 0, lines[-30:]
+    reference = [line for line in seen[0] if line.startswith("WEIGHTS")]
 
     result, seen, lines = launch()
     assert marker.exists() and result.failed_worker == 1, lines[-30:]
@@ -300,5 +307,6 @@ def test_under_tfopt_launch_a_killed_worker_resumes_from_the_chiefs_backup(shard
             "EPOCH 1", "EPOCH 2"], lines[-30:]
     weights = [[line for line in seen[index] if line.startswith("WEIGHTS")] for index in (0, 1)]
     assert weights[0] and weights[0] == weights[1]  # synchronous training: the same weights
+    assert weights[0] == reference  # bit for bit: the same stream, the same steps
     assert sorted(p.name for p in workdir.iterdir()) == ["best.json", "best.keras",
                                                          "history.csv"]

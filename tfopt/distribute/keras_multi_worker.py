@@ -102,7 +102,9 @@ def fix_keras_multi_worker() -> bool:
                 return strategy.experimental_local_results(value)[0]
             return value
 
-        if iterator is not None:
+        if iterator is not None and data_batch is None:
+            data_batch = _element_spec(iterator, tf)
+        if iterator is not None and data_batch is None:
             for _, _, batches in iterator:
                 # shapes and dtypes are all the build reads: one local replica's batch will do
                 data_batch = tree.map_structure(first_local_replica, next(batches))
@@ -132,6 +134,30 @@ def fix_keras_multi_worker() -> bool:
     logger.info("Keras %s patched for MultiWorkerMirroredStrategy (keras-team/keras#20585)",
                 keras.__version__)
     return True
+
+
+def _element_spec(epoch_iterator, tf):
+    """One replica's element spec of the epoch iterator's distributed dataset, or None.
+
+    The build reads only shapes and dtypes, and the spec has them without an iterator.
+    Pulling a batch instead (as Keras does) creates an iterator that fit then throws away
+    (``epoch_iterator.reset()``), and that discarded iterator draws from the shuffle's shared
+    seed generator: a resumed fit then shuffles differently from an uninterrupted one.
+    """
+    get_dataset = getattr(epoch_iterator, "_get_iterator", None)
+    spec = getattr(get_dataset() if get_dataset else None, "element_spec", None)
+    if spec is None:
+        return None
+
+    def one_replica(value):
+        specs = getattr(value, "_value_specs", None)  # PerReplicaSpec: one spec per replica
+        return specs[0] if specs else value
+
+    specs = tf.nest.map_structure(one_replica, spec)  # a TypeSpec is a leaf here
+    leaves = tf.nest.flatten(specs)
+    if not all(isinstance(leaf, tf.TensorSpec) for leaf in leaves):
+        return None  # ragged or sparse parts: let Keras read a real batch
+    return specs
 
 
 def _multi_worker_multi_step_function(model, step_function, reduce_per_replica, tf):
