@@ -132,6 +132,8 @@ def hostile_images(jpeg: bytes, png: bytes) -> dict[str, tuple[str, object, str]
         "dangling_symlink": ("gone.jpg", "dangling-link", "refuse"),
         "folder_named_jpeg": ("folder.jpg", "folder", "either"),
         "unicode_file_name": ("ünï çødé 图.jpg", jpeg, "accept"),
+        # Latin-1 bytes: Python's name for it holds a lone surrogate, which UTF-8 refuses
+        "file_name_not_utf8": (os.fsdecode(b"caf\xe9 \xff.jpg"), jpeg, "accept"),
         "newline_in_file_name": ("two\nlines.jpg", jpeg, "accept"),
         "hidden_file": (".DS_Store", b"\0\0\0\1Bud1", "accept"),
     }
@@ -614,6 +616,177 @@ def odd_path_cases(root: Path) -> list[Case]:
     return [Case(f"path/{command}_{name}", [command, str(path)],
                  "reject" if (command, name) == ("verify", "text_file") else "refuse")
             for name, path in paths.items() for command in ("verify", "inspect")]
+
+
+# --- names that are not UTF-8, and a locale that knows only ASCII ------------------------
+
+# LANG=C with Python's UTF-8 mode and locale coercion off: file names beyond ASCII come as
+# lone surrogates, stdout encodes ASCII only
+ASCII_LOCALE = {"LANG": "C", "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+# stdout as in a real UTF-8 locale (en_US.UTF-8): strict, a lone surrogate cannot be written
+STRICT_UTF8 = {"PYTHONIOENCODING": "utf-8:strict"}
+
+
+def name_cases(root: Path, jpeg: bytes) -> list[Case]:
+    """Class folders, files and dataset folders whose names are not UTF-8 (or not ASCII),
+    converted, inspected and verified under a UTF-8 and an ASCII-only locale."""
+    cases = []
+    latin1, utf8 = os.fsdecode(b"caf\xe9"), "ünï 图"
+    for label, env in (("utf8_locale", {}), ("ascii_locale", ASCII_LOCALE),
+                       ("strict_stdout", STRICT_UTF8)):
+        for name, class_name in (("class_folder_not_utf8", latin1),
+                                 ("class_folder_beyond_ascii", utf8)):
+            src = good_image_folder(root / f"{name}-{label}" / "src", jpeg)
+            (src / class_name).mkdir()
+            (src / class_name / os.fsdecode(b"\xff\xfe.jpg")).write_bytes(jpeg)
+            dst = src.parent / "dst"
+            cases.append(Case(f"names/{name}/{label}",
+                              ["convert", str(src), str(dst), "--workers", "1"], "accept",
+                              dst=dst, records=5, env=dict(env)))
+    # a dataset in a folder of such a name: the reports print it
+    pristine = good_image_folder(root / "named-src", jpeg)
+    from tfopt.records.convert import convert
+    for folder_name in (os.fsdecode(b"data\xff"), "datä 图"):
+        dataset = root / folder_name
+        convert(pristine, dataset, workers=1)
+        for label, env in (("utf8_locale", {}), ("ascii_locale", ASCII_LOCALE),
+                           ("strict_stdout", STRICT_UTF8)):
+            shown = "not_utf8" if folder_name.startswith("data") else "beyond_ascii"
+            for command in ("inspect", "verify"):
+                cases.append(Case(f"names/{command}_dataset_folder_{shown}/{label}",
+                                  [command, str(dataset)], "accept", env=dict(env)))
+    return cases
+
+
+# --- records that are not Examples TensorFlow parses, and manifests of impossible shapes ----
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((value & 0x7F) | (0x80 if value > 0x7F else 0))
+        value >>= 7
+        if not value:
+            return bytes(out)
+
+
+def _features_of(example: bytes) -> bytes:
+    """The Features message inside a serialized Example of one field 1 (what tfopt writes)."""
+    assert example[0] == 0x0A
+    length = shift = 0
+    at = 1
+    while True:
+        byte = example[at]
+        at += 1
+        length |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return example[at:at + length]
+
+
+def malformed_examples(good: bytes) -> dict[str, tuple[bytes, str]]:
+    """name -> (a record made from the Example ``good``, "reject" where TensorFlow's parser
+    refuses it, "accept" where it takes it); its CRCs are valid once framed."""
+    def example(features: bytes) -> bytes:
+        return b"\x0a" + _varint(len(features)) + features
+
+    entry = b"\x0a\x05label"  # an entry's key, and no value
+    return {
+        "unknown_field_wire_type_7": (good + b"\x2f\x01", "reject"),
+        "unknown_field_group": (good + b"\x2b\x08\x01\x2c", "reject"),
+        "deep_groups": (good + b"\x2b" * 100_000 + b"\x2c" * 100_000, "reject"),
+        "truncated_varint": (good + b"\x28\xff\xff", "reject"),
+        "negative_length": (good + b"\x2a" + b"\xff" * 9 + b"\x01", "reject"),
+        "length_past_the_end": (good[:-3], "reject"),
+        "entry_without_value": (example(_features_of(good) + b"\x0a" + _varint(len(entry))
+                                        + entry), "reject"),
+        "unknown_field_inside_features": (example(_features_of(good) + b"\x10\x01"),
+                                          "reject"),
+        # TensorFlow's parser skips an unknown top-level field of a valid wire type
+        "unknown_varint_field": (good + b"\x28\x05", "accept"),
+        "unknown_bytes_field": (good + b"\x32\x03abc", "accept"),
+    }
+
+
+def _replace_record(shard: Path, index: int, record: bytes) -> None:
+    from tfopt.records.format.framing import RecordWriter, read_records
+
+    records = list(read_records(shard))
+    records[index] = record
+    with RecordWriter(shard) as writer:
+        for data in records:
+            writer.write(data)
+
+
+def _refresh_manifest(dataset: Path) -> None:
+    """Sizes and checksums made to match the shards again: only the records tell."""
+    from tfopt._files import sha256_file
+
+    path = dataset / "manifest.json"
+    data = json.loads(path.read_text())
+    for split in data["splits"].values():
+        for entry in split["shards"]:
+            shard = dataset / entry["file"]
+            entry["num_bytes"], entry["sha256"] = shard.stat().st_size, sha256_file(shard)
+        split["num_bytes"] = sum(entry["num_bytes"] for entry in split["shards"])
+    data["totals"]["num_bytes"] = sum(split["num_bytes"] for split in data["splits"].values())
+    path.write_text(json.dumps(data))
+
+
+def example_cases(root: Path, pristine: Path) -> list[Case]:
+    """A good dataset with one record replaced (CRCs, sizes and checksums all matching), and
+    the same record alone in a bare TFRecord file: verify fails what TensorFlow's parser
+    refuses, naming the shard and record, and passes what it takes."""
+    from tfopt.records.format.framing import read_records
+
+    cases = []
+    first_shard = sorted(pristine.glob("train-*.tfrecord"))[0]
+    good = list(read_records(first_shard))[1]
+    for name, (record, expect) in malformed_examples(good).items():
+        dataset = root / name
+        shutil.copytree(pristine, dataset, symlinks=True)
+        shard = dataset / first_shard.name
+        _replace_record(shard, 1, record)
+        _refresh_manifest(dataset)
+        cases.append(Case(f"example/{name}/dataset", ["verify", str(dataset), "-q"], expect))
+        bare = root / f"{name}.tfrecord"
+        shutil.copyfile(shard, bare)
+        cases.append(Case(f"example/{name}/bare_file", ["verify", str(bare), "-q"], expect))
+
+    def shape_edit(position: int, shape):
+        def damage(dataset):
+            path = dataset / "manifest.json"
+            data = json.loads(path.read_text())
+            data["features"][position]["shape"] = shape
+            path.write_text(json.dumps(data))
+        return damage
+
+    for name, damage in (("manifest_shape_huge", shape_edit(2, [10**6, 10**6])),
+                         ("manifest_shape_negative", shape_edit(2, [-1])),
+                         ("manifest_shape_not_numbers", shape_edit(2, ["many"]))):
+        dataset = root / name
+        shutil.copytree(pristine, dataset, symlinks=True)
+        damage(dataset)
+        cases.append(Case(f"example/{name}", ["verify", str(dataset), "-q"], "reject"))
+    return cases
+
+
+def gzip_bomb_cases(root: Path) -> list[Case]:
+    """2e7 empty records in a 606-KB GZIP file (320 MB of framing): inspect and verify give up
+    after a run of records without features, in a second, instead of reading for a minute."""
+    import zlib
+
+    from tfopt.records.format.framing import frame
+
+    root.mkdir(parents=True)
+    path = root / "bomb.tfrecord.gz"
+    deflate = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: a GZIP header and trailer
+    block = frame(b"") * 100_000
+    with open(path, "wb") as handle:
+        for _ in range(200):
+            handle.write(deflate.compress(block))
+        handle.write(deflate.flush())
+    return [Case("bomb/inspect_gzip_of_2e7_empty_records", ["inspect", str(path)], "refuse"),
+            Case("bomb/verify_gzip_of_2e7_empty_records", ["verify", str(path)], "reject")]
 
 
 def shard_folder(dataset: Path) -> None:

@@ -27,9 +27,12 @@ from hostile_inputs import (
     Case,
     csv_cases,
     damage_cases,
+    example_cases,
     good_image_folder,
+    gzip_bomb_cases,
     image_cases,
     interrupted_cases,
+    name_cases,
     numpy_cases,
     odd_path_cases,
     source_cases,
@@ -125,6 +128,8 @@ def corpus(tmp_path_factory, tf):
              + numpy_cases(root / "numpy") + csv_cases(root / "csv")
              + table_cases(root / "tables") + odd_path_cases(root / "paths")
              + damage_cases(root / "damaged", pristine)
+             + example_cases(root / "examples", pristine) + name_cases(root / "names", jpeg)
+             + gzip_bomb_cases(root / "bomb")
              + interrupted_cases(root / "killed", big, records=300))
     destinations_before = {c.name: _listing(c.dst) for c in cases if c.dst is not None}
     read_back = ReadBack()

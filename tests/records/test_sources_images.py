@@ -139,3 +139,47 @@ def test_skip_records_each_bad_item_with_its_reason(image_folder, tmp_path):
     # labels stay those of the sorted class folders, the empty one included
     assert result.manifest.class_names == ["cat", "dog", "emu", "zebra"]
     assert tfopt.verify(out).ok
+
+
+def _names_folder(root, jpeg: bytes):
+    """Class folders 'a' and Latin-1 b'caf\\xe9', each with an image named b'\\xff\\xfe.jpg'
+    (bytes that are not UTF-8: Python names them with lone surrogates)."""
+    import os
+
+    for class_name in ("a", os.fsdecode(b"caf\xe9")):
+        (root / class_name).mkdir(parents=True)
+        (root / class_name / "ok.jpg").write_bytes(jpeg)
+        (root / class_name / os.fsdecode(b"\xff\xfe.jpg")).write_bytes(jpeg)
+    return root
+
+
+@pytest.mark.parametrize("locale", ["utf8", "ascii"])
+def test_names_that_are_not_utf8_convert_escaped_and_said_in_the_manifest(tmp_path, locale):
+    import json
+    import os
+
+    from tables_helpers import REPO, run_tfopt
+
+    jpeg = encode_jpeg(random_pixels(1))
+    src = _names_folder(tmp_path / "src", jpeg)
+    dst = tmp_path / "out"
+    # LANG=C with UTF-8 mode and coercion off: every name beyond ASCII is surrogates, stdout
+    # ASCII; strict UTF-8 on stdout otherwise, as in a real en_US.UTF-8 locale
+    env = ({"LANG": "C", "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+           if locale == "ascii" else {"PYTHONIOENCODING": "utf-8:strict"})
+    env = {**os.environ, "PYTHONPATH": str(REPO), **env}
+    for args in (["convert", src, dst, "--workers", "1"], ["inspect", dst], ["verify", dst]):
+        run = run_tfopt(args, tmp_path, env=env)
+        assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
+        if args[0] == "inspect":
+            assert "classes (2): a, caf\\xe9" in run.stdout
+    manifest = json.loads((dst / "manifest.json").read_text())
+    assert manifest["class_names"] == ["a", "caf\\xe9"]
+    listed = manifest["source"]["names_not_utf8"]["names"]
+    assert listed[0] == "caf\\xe9" and sorted(listed[1:]) == sorted([  # the class first
+        "a/\\xff\\xfe.jpg", "caf\\xe9/ok.jpg", "caf\\xe9/\\xff\\xfe.jpg"])
+    # the record keeps the file name's own bytes
+    names = sorted(feature_values(example, "image/filename")[0]
+                   for example in read_examples(dst))
+    assert names == sorted([b"a/ok.jpg", b"a/\xff\xfe.jpg", b"caf\xe9/ok.jpg",
+                            b"caf\xe9/\xff\xfe.jpg"])

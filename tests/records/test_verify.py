@@ -203,3 +203,105 @@ def test_a_first_header_with_an_overlong_length_is_a_corrupt_record_not_a_crash(
     assert checked.returncode == 1, checked.stderr  # was 139, a segmentation fault
     assert (f"PROBLEM {shard} record 0: corrupt: truncated record: its length says "
             f"{2**36:,} bytes") in checked.stdout
+
+
+def _rewrite(dataset, shard_name: str, index: int, record: bytes) -> None:
+    """Record ``index`` of a shard replaced, the manifest's sizes and checksums made to match:
+    only the record itself tells."""
+    from tfopt._files import sha256_file
+    from tfopt.records.format.framing import RecordWriter
+
+    shard = dataset / shard_name
+    records = list(read_records(shard))
+    records[index] = record
+    with RecordWriter(shard) as writer:
+        for data in records:
+            writer.write(data)
+    path = dataset / MANIFEST_NAME
+    data = json.loads(path.read_text())
+    for split in data["splits"].values():
+        for entry in split["shards"]:
+            if entry["file"] == shard_name:
+                entry["num_bytes"], entry["sha256"] = shard.stat().st_size, sha256_file(shard)
+        split["num_bytes"] = sum(entry["num_bytes"] for entry in split["shards"])
+    data["totals"]["num_bytes"] = sum(split["num_bytes"] for split in data["splits"].values())
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(("tail", "expected"), [
+    (b"\x2b\x08\x01\x2c", "field 5 of the Example is a group (wire type 3), which "
+                          "TensorFlow's parser refuses"),
+    (b"\x2f", "the Example: field 5 has wire type 7, which protobuf has not"),
+    (b"\x28\xff\xff", "the Example: a varint cut short at byte"),
+    (b"\x2a" + b"\xff" * 9 + b"\x01", "(a negative length?)"),
+])
+def test_a_record_tensorflow_cannot_parse_fails_with_shard_and_index(dataset, tail, expected):
+    shard = "train-00001-of-00003.tfrecord"
+    good = list(read_records(dataset / shard))
+    for index in (2, 4):
+        _rewrite(dataset, shard, index, good[index] + tail)
+    result = tfopt.verify(dataset)
+    assert not result.ok
+    assert _kinds(result) == [("example", shard, 2)]  # the first, and how many more
+    (problem,) = result.problems
+    assert problem.detail.startswith("not a tf.train.Example TensorFlow can parse: ")
+    assert expected in problem.detail and problem.detail.endswith(
+        "; 1 more record(s) of this shard too")
+
+
+def test_an_unknown_field_tensorflow_skips_passes(dataset):
+    shard = "train-00000-of-00003.tfrecord"
+    _rewrite(dataset, shard, 0, list(read_records(dataset / shard))[0] + b"\x28\x05")
+    assert tfopt.verify(dataset).ok
+
+
+def test_bare_shards_get_their_examples_parsed_too(tmp_path, dataset):
+    bare = tmp_path / "bare.tfrecord"
+    records = list(read_records(dataset / "train-00000-of-00003.tfrecord"))
+    bare.write_bytes(b"".join(frame(r) for r in records[:2]) + frame(records[2] + b"\x2b\x2c"))
+    result = tfopt.verify(bare)
+    assert _kinds(result) == [("example", "bare.tfrecord", 2)]
+
+
+@pytest.mark.parametrize(("shape", "expected"), [
+    ([10**6, 10**6], "features[2].shape: [1000000, 1000000] (feature 'image/height'): "
+                     "1,000,000,000,000 values of at least 1 byte(s) each, more than one record "
+                     "can hold"),
+    ([-1], "features[2].shape: [-1] (feature 'image/height'): expected dimensions >= 0"),
+    ([2.5], "features[2].shape: [2.5] (feature 'image/height'): expected a list of whole "
+            "dimensions"),
+])
+def test_manifest_shapes_no_record_can_hold_fail_naming_the_key(dataset, shape, expected):
+    path = dataset / MANIFEST_NAME
+    data = json.loads(path.read_text())
+    assert data["features"][2]["name"] == "image/height"
+    data["features"][2]["shape"] = shape
+    path.write_text(json.dumps(data))
+    result = tfopt.verify(dataset)
+    assert [(p.kind.value, p.detail) for p in result.problems if p.kind.value == "manifest"] \
+        and any(p.detail.startswith(expected) for p in result.problems), result.problems
+    with pytest.raises(DatasetError, match="inconsistent manifest: features"):
+        tfopt.read_manifest(dataset)
+
+
+def test_a_run_of_records_without_features_is_given_up(tmp_path, monkeypatch):
+    from tfopt.records import verify as verify_module
+    from tfopt.records.format import schema_sample
+
+    # the cap's own size (1e5) is met by the hostile corpus's GZIP bomb; here a small one
+    monkeypatch.setattr(verify_module, "FEATURELESS_RECORDS_CAP", 50)
+    monkeypatch.setattr(schema_sample, "FEATURELESS_RECORDS_CAP", 50)
+    example = example_classes().Example()
+    example.features.feature["y"].int64_list.value.append(1)
+    path = tmp_path / "empty.tfrecord"
+    path.write_bytes(frame(example.SerializeToString()) * 3 + frame(b"") * 80)
+    result = tfopt.verify(path)
+    assert _kinds(result) == [("example", "empty.tfrecord", 3)]
+    assert result.num_records == 53  # read up to the end of the run
+    assert "50 records in a row from here hold no features" in result.problems[0].detail
+    with pytest.raises(DatasetError, match=r"50 records in a row from record 3 hold no "
+                       "features: not tf.train.Example data, or a decompression bomb"):
+        tfopt.inspect(path)
+    # records without features between ones with features end no run
+    path.write_bytes((frame(example.SerializeToString()) + frame(b"") * 30) * 4)
+    assert tfopt.verify(path).ok

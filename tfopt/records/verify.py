@@ -1,15 +1,19 @@
 """``verify``: re-read a dataset and prove it is whole.
 
 With a manifest, every shard's size, SHA-256 and record count are compared with it, every record
-is read (TFRecord CRCs checked), its label checked against the class names, files the manifest
-does not list are reported, and so is every place where the manifest contradicts itself (split
+is read (TFRecord CRCs checked) and parsed as a ``tf.train.Example`` as TensorFlow's parser would
+parse it (:mod:`tfopt.records.format.example_wire`: malformed wire data, groups and misplaced
+fields fail, unknown fields it skips pass), its label checked against the class names, files
+the manifest does not list are reported, and so is every place where the manifest contradicts itself (split
 totals, shards listed twice, keys, class names). Without one (bare shards from anywhere), record
-CRCs and counts are checked, and the report says that this is all that could be checked; a folder
+CRCs, counts and the Examples are checked, and the report says that this is all that could be checked; a folder
 that a killed ``convert --overwrite`` left half-replaced is a problem, not bare shards. Where the
 manifest names an image feature, each record's image is judged by its header as ``convert``
 judges it today (:mod:`tfopt.records.image_limits`): one that TensorFlow refuses to decode, or
 over the pixel limit the dataset was converted with, in a dataset written before those checks
-existed. Each problem names the shard and, for a bad record, its index.
+existed. Each problem names the shard and, for a bad record, its index. A file whose records
+hold no features, :data:`~tfopt.records.format.schema_sample.FEATURELESS_RECORDS_CAP` of them
+in a row (a GZIP bomb of empty records: 2e7 of them in 606 KB), is given up there, said so.
 """
 
 from __future__ import annotations
@@ -24,9 +28,13 @@ from tfopt._progress import Progress
 from tfopt._system import usable_cores
 from tfopt._validate import optional_whole_number
 from tfopt.errors import DatasetError
-from tfopt.records.format.example_pb import example_classes
+from tfopt.records.format.example_wire import ExampleReader
 from tfopt.records.format.framing import RecordError, read_records
-from tfopt.records.format.schema_sample import pick_image_key, sample_schema
+from tfopt.records.format.schema_sample import (
+    FEATURELESS_RECORDS_CAP,
+    pick_image_key,
+    sample_schema,
+)
 from tfopt.records.format.tfrecord import is_gzip, resolve_files
 from tfopt.records.image_limits import (
     DEFAULT_MAX_PIXELS,
@@ -60,6 +68,7 @@ class ProblemKind(str, enum.Enum):
     MANIFEST = "manifest"  # the manifest contradicts itself (totals, keys, class names)
     LABEL = "label"  # a record whose label is no index into the manifest's class names
     IMAGE = "image"  # a record's image that TensorFlow refuses, or over the pixel limit
+    EXAMPLE = "example"  # a record TensorFlow's parser refuses, or records without features
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,8 +132,8 @@ class VerifyResult:
         }
 
     def describe(self) -> str:
-        what = ("sizes, SHA-256, record counts and record CRCs" if self.has_manifest
-                else "record CRCs and counts")
+        what = ("sizes, SHA-256, record counts, record CRCs and Examples" if self.has_manifest
+                else "record CRCs and counts, and Examples")
         lines = [f"{self.path}: checked {what} of {len(self.checked)} file(s), "
                  f"{self.num_records:,} records"]
         lines.extend(f"PROBLEM {problem}" for problem in self.problems)
@@ -305,23 +314,26 @@ def _check_file(file: Path, expected: ShardInfo | None, compression: str | None,
             problems.append(Problem(str(file), ProblemKind.CHECKSUM,
                                     f"SHA-256 {digest[:16]}..., the manifest says "
                                     f"{expected.sha256[:16]}..."))
-    label_check = _LabelCheck(labels) if labels is not None else None
-    observers = [label_check.observe] if label_check is not None else []
+    records = _RecordCheck(labels)
+    observers = [records.observe]
     if image_check is not None:
         def check_image(index: int, record: bytes) -> None:
+            if records.malformed_at == index:
+                return  # a problem already, which an image problem would only repeat
             problem = image_check(record)
             if problem:
                 problems.append(Problem(str(file), ProblemKind.IMAGE, problem, record=index))
         observers.append(check_image)
     count, error = _read_all(file, compression, observers)
-    if error is not None:
+    if isinstance(error, _GaveUp):
+        problems.append(Problem(str(file), ProblemKind.EXAMPLE, error.detail, record=error.index))
+    elif error is not None:
         problems.append(error if isinstance(error, Problem) else
                         Problem(str(file), ProblemKind.CORRUPT, error, record=count))
     elif expected is not None and count != expected.num_records:
         problems.append(Problem(str(file), ProblemKind.COUNT,
                                 f"{count} records, the manifest says {expected.num_records}"))
-    if label_check is not None and label_check.bad:
-        problems.append(label_check.problem(file))
+    problems.extend(records.problems(file))
     return ShardCheck(str(file), size, count), problems
 
 
@@ -331,49 +343,99 @@ def _unreadable(error: OSError) -> str:
             f"cannot be read ({error.strerror or error})")
 
 
-class _LabelCheck:
-    """Counts the records of one shard whose label is not a class index; keeps the first."""
+class _GaveUp(Exception):
+    """Raised by an observer to stop reading a file: ``detail`` says why, at record ``index``."""
 
-    def __init__(self, labels: _Labels):
-        self.labels = labels
-        from google.protobuf.message import DecodeError  # protobuf only where labels are read
+    def __init__(self, index: int, detail: str):
+        super().__init__(detail)
+        self.index, self.detail = index, detail
 
-        self.example, self.decode_error = example_classes().Example, DecodeError
+
+class _Firsts:
+    """Counts the records of one shard with one kind of problem; keeps the first."""
+
+    def __init__(self):
         self.bad = 0
         self.first: tuple[int, str] | None = None
 
-    def observe(self, index: int, data) -> None:
-        try:
-            feature = self.example.FromString(data).features.feature.get(self.labels.key)
-        except self.decode_error:
-            self._bad(index, "not a tf.train.Example")
-            return
-        values = feature.int64_list.value if feature is not None else ()
-        if len(values) != 1:
-            what = "no" if feature is None else f"{len(values)} int64 value(s) for its"
-            self._bad(index, f"{what} label {self.labels.key!r}")
-        elif not 0 <= values[0] < self.labels.classes:
-            self._bad(index, f"label {values[0]}")
-
-    def _bad(self, index: int, what: str) -> None:
+    def add(self, index: int, what: str) -> None:
         self.bad += 1
         if self.first is None:
             self.first = (index, what)
 
-    def problem(self, file: Path) -> Problem:
-        index, what = self.first
-        others = f"; {self.bad - 1} more record(s) of this shard too" if self.bad > 1 else ""
-        return Problem(str(file), ProblemKind.LABEL,
-                       f"{what}: expected one class index 0..{self.labels.classes - 1} "
-                       f"(class_names has {self.labels.classes}){others}", record=index)
+    def more(self) -> str:
+        return f"; {self.bad - 1} more record(s) of this shard too" if self.bad > 1 else ""
+
+
+class _RecordCheck:
+    """Each record of one shard parsed once, as TensorFlow's parser would take it
+    (:class:`~tfopt.records.format.example_wire.ExampleReader`), its label checked when the
+    manifest names classes, and runs of records without features counted: reading stops
+    (:class:`_GaveUp`) after ``FEATURELESS_RECORDS_CAP`` of them in a row."""
+
+    def __init__(self, labels: _Labels | None):
+        self.labels = labels
+        self.read = ExampleReader().read
+        self.malformed = _Firsts()
+        self.bad_labels = _Firsts()
+        self.featureless_from: int | None = None  # the first of the current run
+        self.malformed_at: int | None = None  # the last malformed record's index
+
+    def observe(self, index: int, data) -> None:
+        example, problem = self.read(data)
+        if problem is not None:
+            self.malformed.add(index, problem)
+            self.malformed_at = index
+        # a malformed record's features are none a pipeline reads: it extends a run too
+        features = example.features.feature if example is not None and problem is None else None
+        if features:
+            self.featureless_from = None
+        else:
+            if self.featureless_from is None:
+                self.featureless_from = index
+            if index - self.featureless_from + 1 >= FEATURELESS_RECORDS_CAP:
+                raise _GaveUp(self.featureless_from, _featureless(FEATURELESS_RECORDS_CAP))
+        if self.labels is not None and features is not None:  # a malformed one is said already
+            self._check_label(index, features.get(self.labels.key))
+
+    def _check_label(self, index: int, feature) -> None:
+        values = feature.int64_list.value if feature is not None else ()
+        if len(values) != 1:
+            what = "no" if feature is None else f"{len(values)} int64 value(s) for its"
+            self.bad_labels.add(index, f"{what} label {self.labels.key!r}")
+        elif not 0 <= values[0] < self.labels.classes:
+            self.bad_labels.add(index, f"label {values[0]}")
+
+    def problems(self, file: Path) -> list[Problem]:
+        found = []
+        if self.malformed.first is not None:
+            index, what = self.malformed.first
+            found.append(Problem(str(file), ProblemKind.EXAMPLE,
+                                 f"not a tf.train.Example TensorFlow can parse: {what}"
+                                 f"{self.malformed.more()}", record=index))
+        if self.bad_labels.first is not None:
+            index, what = self.bad_labels.first
+            classes = self.labels.classes
+            found.append(Problem(str(file), ProblemKind.LABEL,
+                                 f"{what}: expected one class index 0..{classes - 1} "
+                                 f"(class_names has {classes}){self.bad_labels.more()}",
+                                 record=index))
+        return found
+
+
+def _featureless(count: int) -> str:
+    return (f"{count:,} records in a row from here hold no features (empty or malformed "
+            "Examples): not tf.train.Example "
+            "data, or a decompression bomb (a GZIP of empty records); verify gives up on the "
+            f"file after {count:,} such records")
 
 
 def _read_all(file: Path, compression: str | None,
-              observers=()) -> tuple[int, str | Problem | None]:
+              observers=()) -> tuple[int, str | Problem | _GaveUp | None]:
     """Read every record, both CRCs of each checked, each handed with its index to every one of
-    ``observers`` (the label and image checks);
+    ``observers`` (the Example, label and image checks);
     return the count of whole records and, at the first bad one, the reason (a problem of its
-    own where the file cannot be read at all).
+    own where the file cannot be read at all, :class:`_GaveUp` where an observer stopped it).
 
     A stream cut inside a header, a few bytes of anything after the records, a length beyond
     the end of the file, a GZIP stream cut short or with a wrong trailer (CRC-32, length): each
@@ -386,6 +448,8 @@ def _read_all(file: Path, compression: str | None,
             for observe in observers:
                 observe(count, data)
             count += 1
+    except _GaveUp as gave_up:  # at a record read whole: counted
+        return count + 1, gave_up
     except RecordError as error:
         return error.index, f"{error.reason}{_LOST if error.kind not in ('gzip', 'trailing') else ''}"
     except OSError as error:

@@ -211,6 +211,12 @@ def _disk_full(work: Path, done: dict, tasks) -> DiskFullError:
                          "--resume")
 
 
+# What the manifest says beside the names it lists that were not UTF-8 on disk.
+ESCAPED_NAMES_NOTE = ("these names are not valid UTF-8 on disk: each byte that is not UTF-8 is "
+                      "written \\xNN in class_names and here; image/filename holds the "
+                      "name's bytes as they are")
+
+
 def _build_manifest(scanned: ScannedSource, options, tasks, results: dict, src: Path) -> Manifest:
     splits: dict[str, list[ShardInfo]] = {}
     skipped = list(scanned.skipped)
@@ -237,7 +243,10 @@ def _build_manifest(scanned: ScannedSource, options, tasks, results: dict, src: 
         label_key=scanned.label_key,
         class_names=scanned.class_names,
         source={"kind": scanned.kind.value, "path": scanned.path,
-                **({"image_formats": formats} if formats else {})},
+                **({"image_formats": formats} if formats else {}),
+                **({"names_not_utf8": {"note": ESCAPED_NAMES_NOTE,
+                                       "names": scanned.escaped_names}}
+                   if scanned.escaped_names else {})},
         options=options.plan_fields(),
         skipped=skipped,
         tfopt_version=__version__,

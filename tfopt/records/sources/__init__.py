@@ -103,6 +103,8 @@ class ScannedSource:
             time (taken from the stat the scan makes anyway), so that ``--resume`` notices an
             image replaced by one of the same size; None for other sources, whose files the
             resume check stamps itself.
+        escaped_names: Class folders, files or arrays whose names are not UTF-8, as the
+            manifest shows them (each byte that is not written ``\\xNN``).
         blocks: For sources read block by block (Parquet row groups, HDF5 chunks), whose
             items are row numbers: the first row of each block, ascending. The plan keeps
             each shard's rows within few blocks (see ``plan_shards``); None for the others.
@@ -121,6 +123,7 @@ class ScannedSource:
     reader_config: dict
     content_stamp: str | None = None
     blocks: list[int] | None = None
+    escaped_names: list[str] = dataclasses.field(default_factory=list)
 
 
 PARQUET_SUFFIXES = (".parquet", ".pq")

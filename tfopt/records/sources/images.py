@@ -46,10 +46,12 @@ from tfopt.records.sources import BadItem, ScannedSource, SourceKind
 from tfopt.records.sources.paths import (
     UnreadableFile,
     is_folder,
+    is_utf8_name,
     list_folder,
     not_regular,
     path_status,
     read_regular_file,
+    shown_name,
     stat_problem,
 )
 
@@ -64,9 +66,11 @@ def scan_images(src: Path, *, label, skip_bad, max_size, quality, check,
             "a label name applies to NumPy and CSV sources only"
         )
     items, labels, sizes, skipped = [], [], [], []
+    escaped: list[str] = []  # names that are not UTF-8, as the manifest shows them
     stamp = hashlib.sha256()
 
     def bad(where: str, reason: str) -> None:
+        where = shown_name(str(where))  # a name that is not UTF-8 must reach the manifest too
         if not skip_bad:
             raise SourceError(where, reason)
         skipped.append(SkippedItem(where, reason))
@@ -109,7 +113,11 @@ def scan_images(src: Path, *, label, skip_bad, max_size, quality, check,
                     continue
                 size = status.st_size
                 relative = str(path.relative_to(src))
-                stamp.update(f"{relative}\0{size}\0{status.st_mtime_ns}\n".encode())
+                if not is_utf8_name(relative):
+                    escaped.append(shown_name(relative))
+                # the name's own bytes: one that is not UTF-8 has no UTF-8 encoding
+                stamp.update(os.fsencode(relative)
+                             + f"\0{size}\0{status.st_mtime_ns}\n".encode())
                 items.append((relative, class_index))
                 labels.append(class_index)
                 sizes.append(size)
@@ -127,9 +135,18 @@ def scan_images(src: Path, *, label, skip_bad, max_size, quality, check,
         FeatureSpec(IMAGE_FILENAME_KEY, FeatureKind.BYTES, "string", [], Encoding.TEXT),
         FeatureSpec(LABEL_KEY, FeatureKind.INT64, "int64", [], Encoding.VALUES),
     ]
+    # class names are text in the manifest and in every report: one that is not UTF-8 is
+    # kept with its other bytes written \xNN (and listed), so two names can meet only there
+    class_names = [shown_name(entry.name) for entry in class_dirs]
+    escaped[:0] = [name for entry, name in zip(class_dirs, class_names, strict=True)
+                   if not is_utf8_name(entry.name)]
+    if len(set(class_names)) < len(class_names):
+        clash = next(name for name in class_names if class_names.count(name) > 1)
+        raise SourceError(src, f"two class folders are both named {clash!r} once their "
+                          "bytes that are not UTF-8 are written \\xNN; rename one")
     return ScannedSource(
         kind=SourceKind.IMAGES, path=str(src), items=items, labels=labels, item_bytes=sizes,
-        features=features, class_names=[entry.name for entry in class_dirs],
+        features=features, class_names=class_names, escaped_names=escaped,
         image_key=IMAGE_KEY, label_key=LABEL_KEY, skipped=skipped,
         reader_config={"root": str(src), "max_size": max_size, "quality": quality,
                        "check": check, "max_pixels": max_pixels},

@@ -28,7 +28,13 @@ from tfopt.records.manifest import SkippedItem
 from tfopt.records.schema import INT64_MAX, Encoding, FeatureKind, FeatureSpec
 from tfopt.records.sources import ScannedSource, SourceKind, require_memory_for_rows
 from tfopt.records.sources.labels import choose_label, labels_from_values
-from tfopt.records.sources.paths import UnreadableFile, list_folder, path_problem
+from tfopt.records.sources.paths import (
+    UnreadableFile,
+    is_utf8_name,
+    list_folder,
+    path_problem,
+    shown_name,
+)
 
 logger = logging.getLogger("tfopt")
 
@@ -130,7 +136,9 @@ def _npy_ref(path: Path) -> _ArrayRef:
         shape, dtype, fortran = _read_npy_header(handle, str(path))
         offset = handle.tell()
         _require_data(str(path), shape, dtype, os.fstat(handle.fileno()).st_size - offset)
-    return _ArrayRef(path.stem, str(path), None, shape, dtype.str, fortran, offset)
+    # the stem is a feature key, text in the manifest and in each record: one not UTF-8 is
+    # written with \xNN (a record's key must be UTF-8 for protobuf)
+    return _ArrayRef(shown_name(path.stem), str(path), None, shape, dtype.str, fortran, offset)
 
 
 def _array_feature(ref: _ArrayRef, where: str) -> FeatureSpec:
@@ -274,8 +282,10 @@ def scan_numpy(src: Path, *, label, skip_bad, max_size, quality, check) -> Scann
                 if not items:
                     raise SourceError(where, "every label is NaN or inf; nothing to convert")
     row_bytes = sum(np.dtype(ref.dtype).itemsize * math.prod(ref.shape[1:]) for ref in refs)
+    escaped = [ref.key for ref in refs if ref.member is None
+               and not is_utf8_name(Path(ref.file).stem)]
     return ScannedSource(
-        kind=SourceKind.NUMPY, path=str(src), items=items, labels=labels,
+        kind=SourceKind.NUMPY, path=str(src), items=items, labels=labels, escaped_names=escaped,
         item_bytes=[row_bytes + 16 * len(refs)] * len(items), features=features,
         class_names=class_names, image_key=None, label_key=label_key, skipped=skipped,
         reader_config=reader_config,

@@ -33,6 +33,31 @@ class UnreadableFile(Exception):
         self.reason = reason
 
 
+def shown_name(name: str) -> str:
+    """A file name as text that any output takes: its bytes read as UTF-8, each byte that is
+    not UTF-8 written ``\\xNN``.
+
+    Python gives a name that is not UTF-8 (or, under ``LANG=C`` with UTF-8 mode off, any name
+    beyond ASCII) lone surrogates, which no UTF-8 encoder, JSON reader or terminal takes: a
+    class folder named ``b'caf\\xe9'`` (Latin-1) ended convert in a UnicodeEncodeError.
+    The same name gives the same text under every locale.
+
+    Example:
+        >>> shown_name(os.fsdecode(b"caf\\xe9"))
+        'caf\\\\xe9'
+    """
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def is_utf8_name(name: str) -> bool:
+    """Whether a file name's bytes are UTF-8 (:func:`shown_name` keeps it as it is)."""
+    try:
+        os.fsencode(name).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def not_regular(mode: int) -> str:
     """The problem of a file that is neither a regular file nor a folder."""
     return (f"is {special_kind(mode) or 'a special file'}, not a regular file; convert reads "
