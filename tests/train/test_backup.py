@@ -60,11 +60,14 @@ def test_backup_kept_when_asked(tmp_path):
     folder = tmp_path / "backup"
     first, second = folder / "weights-000001.weights.h5", folder / "weights-000002.weights.h5"
     assert meta == {
-        "format": 2, "epoch": 0, "batch": 3, "weights": second.name, "generation": 2,
-        "sha256": sha256_file(second), "size": second.stat().st_size,
-        # the backup it falls back to, kept until a newer one is committed
+        "format": 3, "run": meta["run"], "epoch": 0, "batch": 3, "weights": second.name,
+        "generation": 2, "sha256": sha256_file(second), "size": second.stat().st_size,
+        "time": meta["time"],
+        # the backup it falls back to, kept until newer ones are committed
         "previous": {"epoch": 0, "batch": 1, "weights": first.name, "generation": 1,
-                     "sha256": sha256_file(first), "size": first.stat().st_size}}
+                     "sha256": sha256_file(first), "size": first.stat().st_size,
+                     "time": meta["previous"]["time"]}}
+    assert len(meta["run"]) == 32 and meta["time"] >= meta["previous"]["time"] > 1.7e9
     assert sorted(p.name for p in folder.iterdir()) == [
         "latest.json", first.name, second.name]
 
@@ -81,21 +84,20 @@ def test_a_backup_in_batches_of_a_resumed_fit_records_the_epoch_it_is_in(tmp_pat
 
 
 def failing_weights_save(monkeypatch, at_call):
-    """keras.Model.save_weights that, at its ``at_call``-th call, leaves half a file and
-    raises: a process killed while writing the weights."""
+    """The backup's weights write that, at its ``at_call``-th call, leaves half a temporary
+    file and raises: a process killed while writing the weights."""
     calls = []
-    original = keras.Model.save_weights
+    original = backup.write_bytes_atomically
 
-    def save_weights(self, filepath, *args, **kwargs):
-        calls.append(str(filepath))
-        original(self, filepath, *args, **kwargs)
-        if len(calls) == at_call:
-            size = os.path.getsize(filepath)
-            with open(filepath, "r+b") as file:
-                file.truncate(size // 2)
-            raise Interrupt("killed while writing the weights")
+    def write(path, data, temp=None):
+        if path.name.endswith(".weights.h5"):
+            calls.append(str(temp))
+            if len(calls) == at_call:
+                temp.write_bytes(data[: len(data) // 2])
+                raise Interrupt("killed while writing the weights")
+        original(path, data, temp)
 
-    monkeypatch.setattr(keras.Model, "save_weights", save_weights)
+    monkeypatch.setattr(backup, "write_bytes_atomically", write)
     return calls
 
 
@@ -154,10 +156,11 @@ def test_interrupted_backup_leaves_the_previous_one_and_the_restart_resumes_from
     model = train([*backup_callbacks(run, monitor="loss", delete_backup=False), recorder])
     assert recorder.epochs == [2, 3]  # resumed at epoch 3 of 4
     assert_same_weights(model, reference)
-    # the leftovers of the interrupted backup were swept by the next one; the backup of
-    # epoch 3 is kept as the fallback of epoch 4's
+    # the leftovers of the interrupted backup were swept by the next one; the backups of
+    # epochs 2 and 3 are kept as the fallbacks of epoch 4's (keep=3)
     assert sorted(p.name for p in folder.iterdir()) == [
-        "latest.json", "weights-000003.weights.h5", "weights-000004.weights.h5"]
+        "latest.json", "weights-000002.weights.h5", "weights-000003.weights.h5",
+        "weights-000004.weights.h5"]
 
 
 def test_a_backup_of_keras_backup_and_restore_is_restored_and_replaced(tmp_path):

@@ -93,7 +93,9 @@ def test_damaged_newest_weights_fall_back_to_the_previous_backup(run, reference,
     assert epochs == [2, 3]  # from the previous backup, taken after 2 epochs
     assert_same_weights(model, reference)
     assert f"{folder / WEIGHTS(3)}: " in caplog.text
-    assert f"restored the previous backup ({WEIGHTS(2)}, after 2 epochs)" in caplog.text
+    # one warning names the backup used and the damaged one it replaced
+    assert (f"{folder}: restored an older backup ({WEIGHTS(2)}, after 2 epochs) instead of "
+            f"{WEIGHTS(3)}, which cannot be restored") in caplog.text
     assert not folder.exists()  # every file was the backup's: the normal end deleted them
 
 
@@ -101,6 +103,7 @@ def test_no_good_backup_stops_with_one_line_and_deletes_nothing(run):
     folder = run / "backup"
     nan_kernel(folder / WEIGHTS(3))
     truncate(folder / WEIGHTS(2))
+    (folder / WEIGHTS(1)).unlink()  # the third kept backup (keep=3)
     before = snapshot(folder)
     recorder = Recorder()
     with pytest.raises(TfoptError) as raised:
@@ -110,6 +113,7 @@ def test_no_good_backup_stops_with_one_line_and_deletes_nothing(run):
     assert message.startswith(f"{folder}: no backup in it can be restored: ")
     assert f"{WEIGHTS(3)} is damaged: its SHA-256" in message
     assert f"{WEIGHTS(2)} has " in message and "(truncated or overwritten)" in message
+    assert f"{WEIGHTS(1)} is missing" in message
     assert f"Hint: delete {folder} to start training from scratch" in message
     assert snapshot(folder) == before
 
@@ -119,15 +123,16 @@ def test_deleted_latest_json_starts_afresh_and_keeps_the_orphaned_weights(run, r
     folder = run / "backup"
     (folder / "latest.json").unlink()
     orphans = snapshot(folder)
-    assert sorted(orphans) == [WEIGHTS(2), WEIGHTS(3)]
+    assert sorted(orphans) == [WEIGHTS(1), WEIGHTS(2), WEIGHTS(3)]
     with caplog.at_level(logging.WARNING, logger="tfopt"):
         model, epochs = resume(run)
     assert epochs == [0, 1, 2, 3]  # their epoch and checksum are unknown: not restored
     assert_same_weights(model, reference)
-    assert f"{WEIGHTS(2)}, {WEIGHTS(3)}: no backup record names them" in caplog.text
+    assert (f"{WEIGHTS(1)}, {WEIGHTS(2)}, {WEIGHTS(3)}: no backup record names them"
+            in caplog.text)
     # the new run's backups took new names and were deleted at its end; the orphans were not
     assert snapshot(folder) == orphans
-    assert f"{folder}: kept after the backup was deleted: it holds {WEIGHTS(2)}" in caplog.text
+    assert f"{folder}: kept after the backup was deleted: it holds {WEIGHTS(1)}" in caplog.text
 
 
 def edit_latest(folder, **changes):

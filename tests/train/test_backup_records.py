@@ -62,8 +62,16 @@ def test_the_records_read_back_newest_first(folder):
     ({"sha256": "ABC"}, "sha256='ABC': expected the weights file's SHA-256 (64 lowercase"),
     ({"sha256": None}, "sha256=None: expected the weights file's SHA-256"),
     ({"size": -1}, "size=-1: expected an integer >= 0"),
-    ({"format": 3}, "format=3: expected 1 to 2 (a later format is a newer tfopt's)"),
-    ({"format": "2"}, "format='2': expected 1 to 2"),
+    ({"format": 4}, "format=4: expected 1 to 3 (a later format is a newer tfopt's)"),
+    ({"format": "2"}, "format='2': expected 1 to 3"),
+    ({"run": "RUN"}, "run='RUN': expected the training's id (32 lowercase hex digits)"),
+    ({"time": -1}, "time=-1: expected the time it was written"),
+    ({"time": float("nan")}, "time=nan: expected the time it was written"),
+    ({"older": {"epoch": 0}}, "older={'epoch': 0}: expected a list of backup records"),
+    ({"older": [{"epoch": 0, "weights": WEIGHTS(0), "sha256": "y", "size": 7}]},
+     "older[0].sha256='y': expected the weights file's SHA-256"),
+    ({"older": [{"epoch": 0, "weights": WEIGHTS(1), "generation": 1}]},
+     "names a weights file twice"),
     ({"previous": [1]}, "previous=[1]: expected a backup record (an object) or null"),
     ({"previous": {"epoch": 1, "weights": WEIGHTS(1), "sha256": "x", "size": 7}},
      "previous.sha256='x': expected the weights file's SHA-256"),
@@ -79,6 +87,25 @@ def test_a_malformed_latest_json_is_refused_naming_key_and_value(folder, change,
     assert message.endswith(f"Hint: delete {folder} to start training from scratch (the best "
                             "model beside it is kept).")
     assert "\n" not in message
+
+
+def test_format_3_keeps_the_older_backups_and_the_run(tmp_path):
+    records = [checked_record(tmp_path, g, g) for g in (1, 2, 3, 4)]
+    for record in records:
+        assert record.time is None
+    newest = BackupRecord(**{**records[3].__dict__, "time": 1764830000.5})
+    run = "0123456789abcdef0123456789abcdef"
+    write_latest(tmp_path, latest_json(newest, records[2], (records[1], records[0]), run))
+    info = json.loads((tmp_path / "latest.json").read_text())
+    assert info["format"] == 3 and info["run"] == run and info["time"] == 1764830000.5
+    assert [entry["weights"] for entry in info["older"]] == [WEIGHTS(2), WEIGHTS(1)]
+    state = read_backup_folder(tmp_path)
+    assert state.candidates == (newest, records[2], records[1], records[0])
+    assert state.run == run and state.backup_files == {WEIGHTS(g) for g in (1, 2, 3, 4)}
+    assert state.orphans == () and state.next_generation == 5
+    # ignoring the records: every weights file is an orphan, nothing is the backup's
+    ignored = read_backup_folder(tmp_path, ignore_records=True)
+    assert ignored.candidates == () and len(ignored.orphans) == 4 and ignored.run is None
 
 
 def test_a_missing_key_is_named(folder):

@@ -1,14 +1,16 @@
-"""Training that survives a crash: atomic, checksummed, multi-worker-safe backups and a
-best-model checkpoint.
+"""Training that survives a crash: atomic, checksummed, multi-worker-safe backups, kept in
+several versions and copied to a second location, and a best-model checkpoint.
 
 Keras 3.15's ``BackupAndRestore`` writes its files in place (a kill mid-write leaves a backup
 that fails the restart), loads whatever they hold unchecked, lets every worker write, and
 ``ModelCheckpoint`` forgets its best value on a restart. :func:`backup_callbacks` returns
 :class:`AtomicBackupAndRestore` and :class:`BestModelCheckpoint`, which write every file under a
-temporary name and rename it, check the weights against the SHA-256 recorded in
-``backup/latest.json`` before a restore (falling back to the previous backup), write from the
-chief alone, and keep the best value across restarts. The layout, what each guarantee covers
-and what a resumed run equals: ``docs/train.md`` ("Backups").
+temporary name and rename it (a full disk is one error, :mod:`tfopt.train.backup_io`), keep the
+``keep`` newest backups with their SHA-256 in ``backup/latest.json`` and restore the newest that
+verifies, copy each backup to ``copy_to`` in a background thread (:mod:`tfopt.train.backup_store`)
+and restore from there when the local folder is gone or damaged, write from the chief alone,
+and keep the best value across restarts. The layout, what each guarantee covers and what a
+resumed run equals: ``docs/train.md`` ("Backups").
 """
 
 from __future__ import annotations
@@ -20,54 +22,66 @@ import math
 import os
 import shutil
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import keras
 
 from tfopt._files import atomic_path, sha256_file
-from tfopt._validate import whole_number
+from tfopt._validate import optional_whole_number, whole_number
 from tfopt.errors import InvalidArgumentError, TfoptError
+from tfopt.train.backup_io import BackupWriteError, weights_bytes, write_bytes_atomically
 from tfopt.train.backup_records import (
     BACKUP_INFO_FILE,
+    COPY_PREFIX,
     KERAS_INFO_FILE,
     TEMP_PREFIX,
-    WEIGHTS_SUFFIX,
     BackupFolder,
     BackupRecord,
+    copy_links,
     latest_json,
+    new_run_id,
     read_backup_folder,
     start_afresh_hint,
     temporary_files,
     weights_file_name,
     weights_problem,
 )
+from tfopt.train.backup_store import BackupCopier, BackupStore, StoreError, Version
 
 logger = logging.getLogger("tfopt")
 
 __all__ = ["AtomicBackupAndRestore", "BestModelCheckpoint", "backup_callbacks"]
 
 BACKUP_FOLDER = "backup"
+LONG_TERM_FOLDER = "long-term"
 BEST_MODEL_FILE = "best.keras"
 BEST_INFO_FILE = "best.json"
+DEFAULT_KEEP = 3
 
 
 def _write_json_atomically(path: Path, data: dict) -> None:
-    # complete file or none: a crash mid-write must not leave a half file
-    def write(tmp: str) -> None:
-        with open(tmp, "w", encoding="utf-8") as file:
-            json.dump(data, file)
-
-    _save_atomically(write, path)
+    # complete file or none: a crash mid-write must not leave a half file, a full disk is
+    # one BackupWriteError naming the folder
+    write_bytes_atomically(path, json.dumps(data).encode(),
+                           path.with_name(f"{TEMP_PREFIX}{path.name}"))
 
 
 def _save_atomically(save, path: Path) -> None:
     """``save(temporary path)``, then fsync and rename it to ``path``; on failure no trace.
 
-    The temporary name keeps the suffix Keras checks (``.keras``, ``.weights.h5``).
+    The temporary name keeps the suffix Keras checks (``.keras``, ``.weights.h5``). An
+    ``OSError`` (a full disk) becomes one :class:`BackupWriteError` naming the folder.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path, path.with_name(f"{TEMP_PREFIX}{path.name}")) as tmp:
-        save(str(tmp))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path, path.with_name(f"{TEMP_PREFIX}{path.name}")) as tmp:
+            save(str(tmp))
+    except OSError as error:
+        raise BackupWriteError(
+            f"{path.parent}: cannot write {path.name}: {error.strerror or error}; nothing was "
+            "replaced. Hint: free space on that disk or give another directory.") from None
 
 
 def _save_and_discard(save, name: str) -> None:
@@ -90,12 +104,25 @@ def _is_chief(model) -> bool:
     return bool(strategy.extended.should_checkpoint)
 
 
+@dataclass(frozen=True)
+class _Candidate:
+    """A backup a restore may load: one of the local folder's, or a version in the copy."""
+
+    record: BackupRecord
+    version: Version | None = None  # None: in the local folder
+
+    @property
+    def shown(self) -> str:
+        return self.version.where if self.version is not None else self.record.weights
+
+
 class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
-    """Keras ``BackupAndRestore`` with atomic, checksummed backups, written by the chief alone.
+    """Keras ``BackupAndRestore`` with atomic, checksummed backups, written by the chief alone,
+    ``keep`` of them kept and each copied to a second location.
 
     Same arguments and resumption as Keras's callback (the module docstring lists the
-    differences); ``double_checkpoint`` is not offered: a backup is never half-written, and the
-    previous one is kept as a fallback until a newer one is complete.
+    differences); ``double_checkpoint`` is not offered: a backup is never half-written, and
+    older ones are kept as fallbacks until newer ones are complete.
 
     Args:
         backup_dir: The folder of the backup (created when missing). Under several workers, on
@@ -103,26 +130,55 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         save_freq: "epoch", or a number of batches between backups. Defaults to "epoch".
         delete_checkpoint: Delete the backup when fit() ends normally (the folder too, unless
             it holds files that are not the backup's). Defaults to True.
+        keep: The newest backups kept in ``backup_dir``. Defaults to 3.
+        keep_every: Also keep, for good, the first backup of every ``keep_every`` epochs in
+            ``long_term_dir`` (and flag its copy so the copy's retention keeps it). Defaults
+            to None (none kept).
+        copy_to: A second location (a path or an fsspec URL) that each backup is copied to in
+            a background thread. Defaults to None.
+        copy_keep: The newest versions the copy keeps (its long-term ones aside), or None
+            to delete nothing there. Defaults to None.
+        long_term_dir: Where ``keep_every``'s backups go. Defaults to a ``long-term`` folder
+            beside ``backup_dir``.
 
     Raises:
         TfoptError: (at the start of fit) a record file is unreadable or malformed; no backup
-            in the folder can be restored (every weights file is missing, damaged or does not
-            load); or the backup is of more epochs than this fit runs.
+            in the folder or the copy can be restored (every weights file is missing, damaged
+            or does not load); or the backup is of more epochs than this fit runs.
+        BackupWriteError: (at a backup) the disk is full or the folder cannot be written; the
+            previous backups are kept.
 
     Example:
         >>> model.fit(ds, epochs=10, callbacks=[AtomicBackupAndRestore("run1/backup")])
     """
 
-    def __init__(self, backup_dir, save_freq="epoch", delete_checkpoint: bool = True):
+    def __init__(self, backup_dir, save_freq="epoch", delete_checkpoint: bool = True,
+                 keep: int = DEFAULT_KEEP, keep_every: int | None = None, copy_to=None,
+                 copy_keep: int | None = None, long_term_dir=None):
         super().__init__(str(backup_dir), save_freq=save_freq,
                          delete_checkpoint=delete_checkpoint)
         self.folder = Path(backup_dir)
+        self.keep = whole_number(keep, "keep", 1, "a positive number of backups to keep")
+        self.keep_every = optional_whole_number(
+            keep_every, "keep_every", 1, "a positive number of epochs or None")
+        copy_keep = optional_whole_number(copy_keep, "copy_keep", 1,
+                                          "a positive number of versions or None")
+        self.store = _open_copy_store(copy_to)
+        if copy_keep is not None and self.store is None:
+            raise InvalidArgumentError(f"copy_keep={copy_keep}: expected None without copy_to")
+        self.copier = BackupCopier(self.store, copy_keep) if self.store is not None else None
+        self.long_term = (None if self.keep_every is None else BackupStore(
+            Path(long_term_dir) if long_term_dir is not None
+            else self.folder.parent / LONG_TERM_FOLDER))
         self._next_generation = 1  # each backup's weights get a new name, above every file's
-        self._kept: BackupRecord | None = None  # the backup a new one falls back to
+        self._kept: list[BackupRecord] = []  # the backups a new one falls back to, newest first
         self._backup_files: set[str] = set()  # what this callback may delete when superseded
+        self._run: str = new_run_id()
+        self._last_long_term: int | None = None
+        self.restored_from: str | None = None  # the backup the last fit resumed from
 
     def on_train_begin(self, logs=None):
-        # Keras's version falls back to ".bkp" copies; here the fallback is the previous backup
+        # Keras's version falls back to ".bkp" copies; here the fallback is an older backup
         self._load_model()
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -131,8 +187,9 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         self._current_epoch = epoch
 
     def has_backup(self) -> bool:
-        """Whether the folder holds a backup to resume (this layout's or plain Keras's)."""
-        return bool(read_backup_folder(self.folder).candidates)
+        """Whether there is a backup to resume (this layout's or plain Keras's), or the last
+        fit resumed one (from the copy, say)."""
+        return self.restored_from is not None or bool(read_backup_folder(self.folder).candidates)
 
     def _load_model(self):
         if not self.model.built:
@@ -140,56 +197,130 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                 "To use the BackupAndRestore callback, your model must be built before you "
                 f"call fit(). Model {self.model} is unbuilt. Hint: call it on a batch of "
                 "data, or give it an Input.")
-        state = read_backup_folder(self.folder)
+        for link in copy_links(self.folder):  # a copy cut short by the death of a process
+            with contextlib.suppress(FileNotFoundError):
+                link.unlink()
+        try:
+            state = read_backup_folder(self.folder)
+        except TfoptError as error:
+            if self.store is None:
+                raise
+            # a damaged record: the copy may still hold the backup; the files stay as orphans
+            logger.warning("%s; looking for a backup in %s", error, self.store.location)
+            state = read_backup_folder(self.folder, ignore_records=True)
         self._next_generation = state.next_generation
         self._backup_files = state.backup_files
-        self._kept = None
+        self._kept = []
+        self._run = state.run or new_run_id()
+        self.restored_from = None
         if state.orphans:
             logger.warning(
                 "%s: %s: no backup record names %s (its record was lost, or a deletion was "
                 "cut short): not restored, and left in place", self.folder,
                 ", ".join(state.orphans), "it" if len(state.orphans) == 1 else "them")
-        if state.candidates:
-            self._restore(state)
+        candidates = [_Candidate(record) for record in state.candidates]
+        candidates = _merge(candidates, self._copy_candidates())
+        if candidates:
+            self._restore(state, candidates)
+        self._last_long_term = self._long_term_epoch()
 
-    def _restore(self, state: BackupFolder) -> None:
+    def _copy_candidates(self) -> list[_Candidate]:
+        if self.store is None:
+            return []
+        try:
+            finished = self.store.finished_runs()
+            versions = self.store.versions()
+        except StoreError as error:
+            logger.warning("%s; restoring from the local folder alone", error)
+            return []
+        found = []
+        for version in versions:
+            if version.record is None or version.run in finished:
+                continue
+            if version.problem:
+                logger.warning("%s %s: not restored", version.where, version.problem)
+                continue
+            found.append(_Candidate(version.record, version))
+        return found
+
+    def _long_term_epoch(self) -> int | None:
+        if self.long_term is None:
+            return None
+        try:
+            epochs = [v.record.epoch for v in self.long_term.versions()
+                      if v.record is not None and v.run == self._run]
+        except StoreError as error:
+            logger.warning("%s", error)
+            epochs = []
+        return max(epochs, default=None)
+
+    def _restore(self, state: BackupFolder, candidates: list[_Candidate]) -> None:
         """Load the newest backup whose weights pass their check, else stop with one line."""
         planned = (self.params or {}).get("epochs")
-        problems = []
-        for record in state.candidates:
+        problems, failed, damaged = [], [], []
+        for index, candidate in enumerate(candidates):
+            record = candidate.record
             if planned is not None and record.epoch > planned:
                 # another training's backup: restoring it would run no epoch and delete it
+                source = state.info_file if candidate.version is None else candidate.shown
                 raise TfoptError(
-                    f"{state.info_file}: the backup was taken after {record.epoch} epochs, "
+                    f"{source}: the backup was taken after {record.epoch} epochs, "
                     f"more than the {planned} this fit runs. Hint: fit with "
                     f"epochs={record.epoch} or more to continue that training, or delete "
-                    f"{self.folder} to start from scratch.")
-            problem = weights_problem(self.folder, record) or self._load_weights(record)
+                    f"{self.folder}{self._and_copy()} to start from scratch.")
+            problem = self._try(candidate)
             if problem is None:
-                self._restored(state, record, problems, planned)
+                kept = [c.record for c in candidates[index:] if c.version is None
+                        and c.record.weights not in damaged]
+                self._restored(state, candidate, kept, failed, planned)
                 return
-            problems.append(f"{record.weights} {problem}")
-            logger.warning("%s: %s", self.folder / record.weights, problem)
+            problems.append(f"{candidate.shown} {problem}")
+            failed.append(candidate.shown)
+            if candidate.version is None:
+                damaged.append(record.weights)
+            logger.warning("%s: %s", self.folder / record.weights if candidate.version is None
+                           else candidate.shown, problem)
         raise TfoptError(
-            f"{self.folder}: no backup in it can be restored: {'; '.join(problems)}. "
-            f"{start_afresh_hint(self.folder)}")
+            f"{self.folder}{self._and_copy()}: no backup in it can be restored: "
+            f"{'; '.join(problems)}. {start_afresh_hint(self.folder)}")
 
-    def _load_weights(self, record: BackupRecord) -> str | None:
+    def _and_copy(self) -> str:
+        return "" if self.store is None else f" and {self.store.location}"
+
+    def _try(self, candidate: _Candidate) -> str | None:
+        record = candidate.record
+        if candidate.version is None:
+            return weights_problem(self.folder, record) or self._load_weights(
+                self.folder / record.weights)
+        scratch = tempfile.mkdtemp(prefix="tfopt-restore-")
+        try:
+            path = Path(scratch) / record.weights
+            return self.store.fetch(candidate.version, path) or self._load_weights(path)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _load_weights(self, path: Path) -> str | None:
         if self.model.optimizer is not None and not self.model.optimizer.built:
             # the optimizer's variables must exist to receive their saved values
             self.model.optimizer.build(self.model.trainable_variables)
         try:
-            self.model.load_weights(str(self.folder / record.weights))
+            self.model.load_weights(str(path))
         except (OSError, ValueError) as error:  # h5py's truncated file, a different model
             first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
             return f"cannot be loaded ({type(error).__name__}: {first_line})"
         return None
 
-    def _restored(self, state: BackupFolder, record: BackupRecord, problems: list[str],
-                  planned: int | None) -> None:
-        if problems:
-            logger.warning("%s: restored the previous backup (%s, after %d epochs) instead",
-                           self.folder, record.weights, record.epoch)
+    def _restored(self, state: BackupFolder, candidate: _Candidate, kept: list[BackupRecord],
+                  failed: list[str], planned: int | None) -> None:
+        record = candidate.record
+        if failed:
+            logger.warning("%s: restored %s (%s, after %d epochs) instead of %s, which cannot "
+                           "be restored (said above)",
+                           self.folder, "an older backup" if candidate.version is None
+                           else "the copy", candidate.shown, record.epoch, ", ".join(failed))
+        elif candidate.version is not None:
+            logger.warning("%s holds no backup newer than the copy: restored %s (after %d "
+                           "epochs)", self.folder, candidate.shown, record.epoch)
         if not record.verified:
             logger.warning(
                 "%s: restored unverified: %s records no checksum (written by %s)",
@@ -197,7 +328,11 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                 "keras.callbacks.BackupAndRestore" if state.keras
                 else "a tfopt from before backups carried checksums")
         # a plain Keras backup is replaced, not kept, by the first backup written here
-        self._kept = None if state.keras else record
+        self._kept = [] if state.keras else kept[:self.keep]
+        self.restored_from = candidate.shown
+        if candidate.version is not None:
+            self._run = candidate.version.run or self._run
+            self._next_generation = max(self._next_generation, record.generation + 1)
         self.model._initial_epoch = record.epoch  # what Keras's own callback sets
         if planned is not None and record.epoch == planned:
             logger.warning(
@@ -207,27 +342,46 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                 "; the backup is deleted at the end, as after any finished fit"
                 if self.delete_checkpoint else "")
         else:
-            logger.info("restored the backup in %s: training resumes at epoch %d",
-                        self.folder, record.epoch + 1)
+            logger.info("restored the backup %s: training resumes at epoch %d",
+                        candidate.shown, record.epoch + 1)
 
     def _save_model(self):
         if not _is_chief(self.model):
-            _save_and_discard(self.model.save_weights, f"backup{WEIGHTS_SUFFIX}")
+            weights_bytes(self.model)  # the same variable reads as the chief's, nothing kept
             return
         generation = self._next_generation
         name = weights_file_name(generation)
         path = self.folder / name
         # the new weights under a new name: latest.json still names the previous ones
-        _save_atomically(self.model.save_weights, path)
+        write_bytes_atomically(path, weights_bytes(self.model),
+                               self.folder / f"{TEMP_PREFIX}{name}")
         record = BackupRecord(name, self._current_epoch, self._last_batch_seen, generation,
-                              sha256_file(path), path.stat().st_size)
-        # the commit point: from here the backup is the new one, the last one its fallback
-        previous = self._kept
-        _write_json_atomically(self.folder / BACKUP_INFO_FILE, latest_json(record, previous))
-        self._kept, self._next_generation = record, generation + 1
-        keep = {name} if previous is None else {name, previous.weights}
+                              sha256_file(path), path.stat().st_size, round(time.time(), 3))
+        kept = [record, *self._kept][:self.keep]
+        # the commit point: from here the backup is the new one, the others its fallbacks
+        _write_json_atomically(self.folder / BACKUP_INFO_FILE,
+                               latest_json(record, kept[1] if len(kept) > 1 else None,
+                                           tuple(kept[2:]), self._run))
+        self._kept, self._next_generation = kept, generation + 1
+        keep = {entry.weights for entry in kept}
         self._delete(self._backup_files - keep)
         self._backup_files = keep
+        long_term = self._keep_long_term(path, record)
+        if self.copier is not None:
+            link = self.folder / f"{COPY_PREFIX}{name}"
+            _link_or_copy(path, link)
+            self.copier.submit(link, record, self._run, long_term)
+
+    def _keep_long_term(self, path: Path, record: BackupRecord) -> bool:
+        """Put ``record`` in the long-term folder when it opens a new ``keep_every`` span."""
+        if self.keep_every is None or record.epoch < self.keep_every:
+            return False
+        last = self._last_long_term
+        if last is not None and record.epoch // self.keep_every <= last // self.keep_every:
+            return False
+        self.long_term.put(path, record, self._run, long_term=True)
+        self._last_long_term = record.epoch
+        return True
 
     def _delete(self, names) -> None:
         """Delete these files of the backup's and its half-written ones; nothing else."""
@@ -237,8 +391,18 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                 path.unlink()
 
     def on_train_end(self, logs=None):
-        if not (self.delete_checkpoint and _is_chief(self.model) and self.folder.exists()):
+        if not _is_chief(self.model):
             return
+        if self.copier is not None:
+            self.copier.close()  # the newest backup's copy is complete (or said to fail)
+        if not (self.delete_checkpoint and self.folder.exists()):
+            return
+        if self.store is not None:
+            try:  # its versions stay in the copy, but are not resumed by the next run
+                self.store.mark_finished(self._run)
+            except StoreError as error:
+                logger.warning("%s; a rerun may resume that finished training from there",
+                               error)
         # the record files first: a deletion cut short must not leave a backup that names
         # deleted weights, nor one that would restart a finished training
         for name in (BACKUP_INFO_FILE, KERAS_INFO_FILE):
@@ -253,6 +417,37 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             left = sorted(path.name for path in self.folder.iterdir())
             logger.warning("%s: kept after the backup was deleted: it holds %s, not the "
                            "backup's", self.folder, ", ".join(left))
+
+
+def _merge(local: list[_Candidate], copies: list[_Candidate]) -> list[_Candidate]:
+    """Newest first by training progress and time written; the local file first on a tie (a
+    copy of the same backup is only fetched if the local one fails)."""
+    ordered = sorted([(c, 1) for c in local] + [(c, 0) for c in copies],
+                     key=lambda pair: (*pair[0].record.order, pair[1]), reverse=True)
+    return [candidate for candidate, _ in ordered]
+
+
+def _link_or_copy(source: Path, link: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        link.unlink()
+    try:
+        os.link(source, link)
+    except OSError:  # a file system without hard links: a copy, on the training step
+        try:
+            shutil.copyfile(source, link)
+        except OSError as error:
+            raise BackupWriteError(
+                f"{link.parent}: cannot stage {source.name} for its copy: "
+                f"{error.strerror or error}. Hint: free space on that disk.") from None
+
+
+def _open_copy_store(copy_to) -> BackupStore | None:
+    if copy_to is None:
+        return None
+    if not isinstance(copy_to, (str, os.PathLike)) or not os.fspath(copy_to):
+        raise InvalidArgumentError(
+            f"copy_to={copy_to!r}: expected a folder path or a URL (s3://bucket/run, ...)")
+    return BackupStore(copy_to)
 
 
 def _previous(path: Path, number: int) -> Path:
@@ -345,11 +540,16 @@ class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
         filepath = self._get_file_path(epoch, batch, logs)
         if not self._should_save_model(epoch, batch, logs, filepath):
             return
-        save = self.model.save_weights if self.save_weights_only else self.model.save
-        if _is_chief(self.model):
-            _save_atomically(lambda path: save(path, overwrite=True), Path(filepath))
+        chief = _is_chief(self.model)
+        if self.save_weights_only:  # through memory: HDF5 on a full disk crashes the process
+            data = weights_bytes(self.model)
+            if chief:
+                path = Path(filepath)
+                write_bytes_atomically(path, data, path.with_name(f"{TEMP_PREFIX}{path.name}"))
+        elif chief:
+            _save_atomically(lambda path: self.model.save(path, overwrite=True), Path(filepath))
         else:
-            _save_and_discard(save, Path(filepath).name)
+            _save_and_discard(self.model.save, Path(filepath).name)
 
     def on_epoch_end(self, epoch, logs=None):
         before = self.best
@@ -369,16 +569,20 @@ def backup_callbacks(
     save_freq="epoch",
     mode: str = "auto",
     delete_backup: bool = True,
+    keep: int = DEFAULT_KEEP,
+    keep_every: int | None = None,
+    copy_to=None,
+    copy_keep: int | None = None,
 ) -> list:
     """Atomic backups plus a best-model checkpoint, laid out under one folder.
 
-    Call ``fit`` with the same ``directory`` after a crash and training resumes from the last
-    backup (see the module docstring for what is exact), its best value included. A run that
-    finds no backup starts afresh, best model included; a finished run's ``best.keras`` and
-    ``best.json`` there are renamed to ``best-previous-N.keras``/``.json``. Under ``MultiWorkerMirroredStrategy``
-    give every worker the same ``directory`` on a shared file system: the chief writes, all
-    restore from it. The model must be built (called on a batch, or given an ``Input``) before
-    ``fit``, as ``BackupAndRestore`` requires.
+    Call ``fit`` with the same ``directory`` after a crash and training resumes from the
+    newest backup that verifies (see the module docstring for what is exact), its best value
+    included. A run that finds no backup starts afresh, best model included; a finished run's
+    ``best.keras`` and ``best.json`` there are renamed to ``best-previous-N.keras``/``.json``.
+    Under ``MultiWorkerMirroredStrategy`` give every worker the same ``directory`` on a shared
+    file system: the chief writes, all restore from it. The model must be built (called on a
+    batch, or given an ``Input``) before ``fit``, as ``BackupAndRestore`` requires.
 
     Args:
         directory: The folder (created when missing).
@@ -387,25 +591,38 @@ def backup_callbacks(
         save_freq: "epoch", or a number of batches between backups. Defaults to "epoch".
         mode: "min", "max" or "auto". Defaults to "auto".
         delete_backup: Delete ``backup/`` when fit() ends normally. Defaults to True.
+        keep: The newest backups kept in ``backup/``, each with its SHA-256. Defaults to 3.
+        keep_every: Keep for good the first backup of every ``keep_every`` epochs, in
+            ``directory/long-term/`` (never deleted by tfopt). Defaults to None.
+        copy_to: A second location, a path or an fsspec URL (``s3://bucket/run1``): each
+            backup is copied there in a background thread, checked on arrival, under a new
+            name; a restore takes the newest good backup of either place. Defaults to None.
+        copy_keep: The newest versions kept at ``copy_to`` (long-term ones aside); None
+            deletes nothing there. Defaults to None.
 
     Returns:
         [AtomicBackupAndRestore, BestModelCheckpoint]: put them in ``fit(callbacks=...)``.
 
     Raises:
-        InvalidArgumentError: save_freq is neither "epoch" nor a positive integer, or mode is
-            not one of "min", "max", "auto".
+        InvalidArgumentError: save_freq is neither "epoch" nor a positive integer, mode is
+            not one of "min", "max", "auto", keep, keep_every or copy_keep is not a positive
+            integer, or copy_to is a URL that fsspec cannot open here.
 
     Example:
-        >>> model.fit(ds, validation_data=val, epochs=10, callbacks=backup_callbacks("run1"))
+        >>> model.fit(ds, validation_data=val, epochs=10,
+        ...           callbacks=backup_callbacks("run1", copy_to="s3://bucket/run1"))
     """
     if save_freq != "epoch":
         whole_number(save_freq, "save_freq", 1, "'epoch' or a positive number of batches")
     if mode not in ("min", "max", "auto"):
         raise InvalidArgumentError(f"mode must be 'min', 'max' or 'auto', got {mode!r}")
     root = Path(directory)
-    root.mkdir(parents=True, exist_ok=True)
     restore = AtomicBackupAndRestore(root / BACKUP_FOLDER, save_freq=save_freq,
-                                     delete_checkpoint=delete_backup)
+                                     delete_checkpoint=delete_backup, keep=keep,
+                                     keep_every=keep_every, copy_to=copy_to,
+                                     copy_keep=copy_keep,
+                                     long_term_dir=root / LONG_TERM_FOLDER)
+    root.mkdir(parents=True, exist_ok=True)
     return [
         restore,
         BestModelCheckpoint(root / BEST_MODEL_FILE, root / BEST_INFO_FILE, monitor, mode,

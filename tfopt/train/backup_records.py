@@ -1,18 +1,20 @@
 """What a backup folder holds, read and checked without Keras: the backup's records, the check
 of its weights against the checksums they record, and which files are the backup's.
 
-``latest.json``, format 2 (written last and atomically, after its weights)::
+``latest.json``, format 3 (written last and atomically, after its weights)::
 
-    {"format": 2, "epoch": 7, "batch": 0, "weights": "weights-000007.weights.h5",
-     "generation": 7, "sha256": "<hex>", "size": 51234,
-     "previous": {"epoch": 6, "batch": 0, "weights": "weights-000006.weights.h5",
-                  "generation": 6, "sha256": "<hex>", "size": 51234}}
+    {"format": 3, "run": "<hex>", "epoch": 7, "batch": 0, "weights": "weights-000007.weights.h5",
+     "generation": 7, "sha256": "<hex>", "size": 51234, "time": 1764830000.5,
+     "previous": {"epoch": 6, ..., "weights": "weights-000006.weights.h5", ...},
+     "older": [{"epoch": 5, ..., "weights": "weights-000005.weights.h5", ...}]}
 
-``previous`` is the backup before this one, kept so that a damaged newest weights file has a
-good one to fall back to (``null`` for the first backup). Format 1 (tfopt before checksums, no
-``format`` key) has only ``epoch``, ``batch``, ``weights`` and ``generation``: its weights are
-restored unverified. Format 2 keeps those four keys' meaning, so format 1's reader still
-restores a format 2 backup.
+The newest backup, then the ``keep`` - 1 before it, newest first: ``previous`` (``null`` for the
+first backup) and ``older`` (the rest). Each names its weights file with the SHA-256 and size
+taken when it was written, and ``time`` (seconds since the epoch). ``run`` names the training
+(the same across its restarts), so that its copies elsewhere are told from another run's.
+Format 2 has no ``older``, ``run`` or ``time``; format 1 (tfopt before checksums, no
+``format`` key) only ``epoch``, ``batch``, ``weights`` and ``generation``: its weights are
+restored unverified. Both are still read.
 
 The files a backup may delete are those it can account for: the weights its records name, the
 weights file of a save cut short after its last record (generation + 1), its own temporary
@@ -23,7 +25,9 @@ was deleted, or it was copied in) is an orphan: never restored, never deleted.
 from __future__ import annotations
 
 import json
+import math
 import re
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,12 +36,15 @@ from tfopt._validate import is_int
 from tfopt.errors import TfoptError
 
 BACKUP_INFO_FILE = "latest.json"
-FORMAT = 2
+FORMAT = 3
 # a file being written: never read, deleted by the next backup
 TEMP_PREFIX = ".tmp-"
 WEIGHTS_PREFIX, WEIGHTS_SUFFIX = "weights-", ".weights.h5"
 _WEIGHTS_NAME = re.compile(rf"{re.escape(WEIGHTS_PREFIX)}(\d+){re.escape(WEIGHTS_SUFFIX)}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_RUN = re.compile(r"[0-9a-f]{32}")
+# hard links to committed weights that the background copy reads (deleted once copied)
+COPY_PREFIX = ".copy-"
 # what keras.callbacks.BackupAndRestore writes (".bkp" with double_checkpoint=True)
 KERAS_WEIGHTS_FILE = "latest.weights.h5"
 KERAS_INFO_FILE = "training_metadata.json"
@@ -69,20 +76,37 @@ class BackupRecord:
     generation: int = 0
     sha256: str | None = None
     size: int | None = None
+    time: float | None = None
 
     @property
     def verified(self) -> bool:
         return self.sha256 is not None
 
+    @property
+    def order(self) -> tuple:
+        """Sorts backups oldest to newest: by training progress, then by when written."""
+        return self.epoch, self.batch, self.time or 0.0
+
     def to_json(self) -> dict:
-        return {"epoch": self.epoch, "batch": self.batch, "weights": self.weights,
+        info = {"epoch": self.epoch, "batch": self.batch, "weights": self.weights,
                 "generation": self.generation, "sha256": self.sha256, "size": self.size}
+        if self.time is not None:
+            info["time"] = self.time
+        return info
 
 
-def latest_json(record: BackupRecord, previous: BackupRecord | None) -> dict:
-    """The contents of ``latest.json`` for ``record``, with the backup it falls back to."""
-    return {"format": FORMAT, **record.to_json(),
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+def latest_json(record: BackupRecord, previous: BackupRecord | None,
+                older: tuple[BackupRecord, ...] = (), run: str | None = None) -> dict:
+    """The contents of ``latest.json`` for ``record``, with the kept backups before it."""
+    info = {"format": FORMAT, **({"run": run} if run else {}), **record.to_json(),
             "previous": previous.to_json() if previous is not None else None}
+    if older:
+        info["older"] = [entry.to_json() for entry in older]
+    return info
 
 
 @dataclass(frozen=True)
@@ -93,12 +117,13 @@ class BackupFolder:
         path: The folder.
         info_file: The record file read (``latest.json`` or Keras's
             ``training_metadata.json``); None when the folder holds no backup.
-        candidates: The backups to try, newest first (the backup, then its previous one).
+        candidates: The backups to try, newest first (the backup, then those kept before it).
         keras: The backup is a plain Keras one.
         orphans: Weights files no record accounts for; left alone.
         interrupted: The weights file of a save cut short before its record, or None.
         next_generation: The generation of the next backup's weights, above every weights
             file in the folder, so that no save ever replaces an orphan.
+        run: The training's id (format 3), or None.
     """
 
     path: Path
@@ -108,6 +133,7 @@ class BackupFolder:
     orphans: tuple[str, ...]
     interrupted: str | None
     next_generation: int
+    run: str | None = None
 
     @property
     def backup_files(self) -> set[str]:
@@ -120,8 +146,11 @@ class BackupFolder:
         return names
 
 
-def read_backup_folder(folder: Path) -> BackupFolder:
+def read_backup_folder(folder: Path, ignore_records: bool = False) -> BackupFolder:
     """Read the records of the backup in ``folder`` (which may be missing); no weights read.
+
+    With ``ignore_records`` the folder is read as if it had no record file (every weights
+    file an orphan): what a restore from another location does with a damaged record.
 
     Raises:
         TfoptError: a record file is unreadable, not JSON, or a key holds a value tfopt never
@@ -132,8 +161,12 @@ def read_backup_folder(folder: Path) -> BackupFolder:
     info_file: Path | None = None
     candidates: tuple[BackupRecord, ...] = ()
     keras = False
-    if latest.exists():
-        info_file, candidates = latest, _read_latest(latest, folder)
+    run = None
+    if ignore_records:
+        pass
+    elif latest.exists():
+        info_file = latest
+        candidates, run = _read_latest(latest, folder)
     elif keras_info.exists() or keras_weights.exists():
         keras = True
         info_file = keras_info if keras_info.exists() else keras_weights
@@ -151,12 +184,12 @@ def read_backup_folder(folder: Path) -> BackupFolder:
         interrupted = weights_file_name(top + 1)
     orphans = tuple(sorted(name for name in generations
                            if name not in named and name != interrupted))
-    if not keras and latest.exists() and keras_weights.exists():
+    if not keras and info_file is not None and keras_weights.exists():
         orphans = (*orphans, KERAS_WEIGHTS_FILE)  # a Keras backup beside this one's
     next_generation = max([top, *(generations[name] for name in orphans
                                   if name in generations)]) + 1
     return BackupFolder(folder, info_file, candidates, keras, orphans, interrupted,
-                        next_generation)
+                        next_generation, run)
 
 
 def _load_json(path: Path, folder: Path, expected: str):
@@ -170,7 +203,7 @@ def _load_json(path: Path, folder: Path, expected: str):
                          f"{start_afresh_hint(folder)}") from None
 
 
-def _read_latest(path: Path, folder: Path) -> tuple[BackupRecord, ...]:
+def _read_latest(path: Path, folder: Path) -> tuple[tuple[BackupRecord, ...], str | None]:
     expected = "the backup record tfopt writes"
     info = _load_json(path, folder, expected)
     if not isinstance(info, dict):
@@ -180,18 +213,38 @@ def _read_latest(path: Path, folder: Path) -> tuple[BackupRecord, ...]:
     if not is_int(version) or not 1 <= version <= FORMAT:
         raise TfoptError(f"{path}: format={version!r}: expected 1 to {FORMAT} (a later format "
                          f"is a newer tfopt's). {start_afresh_hint(folder)}")
+    run = info.get("run")
+    if run is not None and not (isinstance(run, str) and _RUN.fullmatch(run)):
+        raise TfoptError(f"{path}: run={run!r}: expected the training's id (32 lowercase hex "
+                         f"digits) or no run key. {start_afresh_hint(folder)}")
     checked = version >= 2
-    record = _record(info, path, folder, checked, "")
+    records = [_record(info, path, folder, checked, "")]
     previous = info.get("previous")
+    older = info.get("older", [])
     if previous is None:
-        return (record,)
+        if older:
+            raise TfoptError(f"{path}: older={older!r}: expected none without a previous "
+                             f"backup. {start_afresh_hint(folder)}")
+        return tuple(records), run
     if not isinstance(previous, dict):
         raise TfoptError(f"{path}: previous={previous!r}: expected a backup record (an "
                          f"object) or null. {start_afresh_hint(folder)}")
     # a format 1 backup restored, then superseded, is the first format 2 backup's fallback
     previous_checked = checked and not (previous.get("sha256") is None
                                         and previous.get("size") is None)
-    return record, _record(previous, path, folder, previous_checked, "previous.")
+    records.append(_record(previous, path, folder, previous_checked, "previous."))
+    if not isinstance(older, list) or not all(isinstance(entry, dict) for entry in older):
+        raise TfoptError(f"{path}: older={older!r}: expected a list of backup records "
+                         f"(objects). {start_afresh_hint(folder)}")
+    for index, entry in enumerate(older):
+        entry_checked = checked and not (entry.get("sha256") is None
+                                         and entry.get("size") is None)
+        records.append(_record(entry, path, folder, entry_checked, f"older[{index}]."))
+    names = [record.weights for record in records]
+    if len(set(names)) != len(names):
+        raise TfoptError(f"{path}: names a weights file twice ({', '.join(names)}): expected "
+                         f"each kept backup in its own file. {start_afresh_hint(folder)}")
+    return tuple(records), run
 
 
 def _record(info: dict, path: Path, folder: Path, checked: bool, where: str) -> BackupRecord:
@@ -215,8 +268,12 @@ def _record(info: dict, path: Path, folder: Path, checked: bool, where: str) -> 
         if not isinstance(sha256, str) or not _SHA256.fullmatch(sha256):
             raise fail("sha256", "the weights file's SHA-256 (64 lowercase hex digits)")
         size = count("size")
+    written = info.get("time")
+    if written is not None and (isinstance(written, bool) or not isinstance(written, (int, float))
+                                or not math.isfinite(written) or written < 0):
+        raise fail("time", "the time it was written (seconds since 1970, >= 0) or no time key")
     return BackupRecord(name, count("epoch"), count("batch", 0), count("generation", 0),
-                        sha256, size)
+                        sha256, size, None if written is None else float(written))
 
 
 def _read_keras(folder: Path) -> BackupRecord:
@@ -264,3 +321,13 @@ def temporary_files(folder: Path) -> list[Path]:
             if path.name.startswith(TEMP_PREFIX) and path.is_file()
             and (path.name == f"{TEMP_PREFIX}{BACKUP_INFO_FILE}"
                  or _WEIGHTS_NAME.fullmatch(path.name[len(TEMP_PREFIX):]))]
+
+
+def copy_links(folder: Path) -> list[Path]:
+    """The links a background copy reads from (``.copy-weights-N.weights.h5``): left behind
+    only by a process that died mid-copy."""
+    if not folder.is_dir():
+        return []
+    return [path for path in folder.iterdir()
+            if path.name.startswith(COPY_PREFIX) and path.is_file()
+            and _WEIGHTS_NAME.fullmatch(path.name[len(COPY_PREFIX):])]
