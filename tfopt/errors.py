@@ -38,6 +38,28 @@ class DatasetError(TfoptError):
     """A dataset folder or TFRecord file is missing, incomplete or inconsistent."""
 
 
+class NoManifestError(DatasetError):
+    """A folder holds no ``manifest.json``: TFRecord files written by another tool, or a
+    conversion interrupted before it wrote its manifest (``interrupted``: its journal is there).
+
+    Source resolution catches this type (never the message) to read the folder as foreign
+    TFRecord files; everything else that needs a tfopt dataset lets it through as the
+    DatasetError it is.
+
+    Attributes:
+        folder: The folder.
+        interrupted: True when a conversion's journal is in the folder.
+    """
+
+    def __init__(self, folder, interrupted: bool, message: str):
+        self.folder = str(folder)
+        self.interrupted = interrupted
+        super().__init__(message)
+
+    def __reduce__(self):
+        return type(self), (self.folder, self.interrupted, str(self))
+
+
 class MissingSplitError(DatasetError):
     """A dataset has no split of the name asked for: given as ``split=``, or ``"validation"``,
     which an evaluation pipeline reads when no split is given.

@@ -13,7 +13,7 @@ import tfopt
 from tfopt.data.pipeline import PipelineBuilder
 from tfopt.data.plan import CacheMode
 from tfopt.data.source import resolve_source
-from tfopt.errors import DatasetError, InvalidArgumentError
+from tfopt.errors import DatasetError, InvalidArgumentError, MissingSplitError
 
 
 def read_all(source, **options):
@@ -120,20 +120,20 @@ def test_shards_not_all_listed_in_the_manifest_are_inferred(array_dataset, tmp_p
     assert {f.name: f.raw_dtype for f in source.features}["x"] is None
 
 
-def test_a_folder_without_manifest_is_refused_with_the_glob_to_use(tmp_path, tf):
+def test_a_folder_without_manifest_is_read_as_inspect_reads_it(tmp_path, tf):
     folder = tmp_path / "fdir"
     folder.mkdir()
     for k in range(2):
         write_examples(folder / f"plain-{k}.tfrecord", [{"label": [i % 2]} for i in range(5)], tf)
     (folder / "README.txt").write_text("hello\n")
-    with pytest.raises(DatasetError) as caught:
-        PipelineBuilder(str(folder), batch_size=4)
-    message = str(caught.value)
-    assert "no manifest.json" in message and f"'{folder}/*.tfrecord'" in message
-    inspected = tfopt.inspect(folder)  # the files inspect reads are those of the glob
-    assert f"'{folder}/*.tfrecord'" in "\n".join(inspected.notes)
-    _, batches = read_all(f"{folder}/*.tfrecord")
+    # no split in the names: one unsplit dataset, for training and evaluation alike
+    builder, batches = read_all(str(folder))
+    inspected = tfopt.inspect(folder)
+    assert builder.source.files == [info.path for info in inspected.files]
+    assert builder.source.split is None and inspected.split_files == {}
     assert sum(len(y) for _, y in batches) == inspected.num_records == 10
+    with pytest.raises(MissingSplitError, match="no file name says a split"):
+        PipelineBuilder(str(folder), batch_size=4, split="validation")
 
 
 def model_garden_shards(folder, tf, files=4, per_file=25, side=64, compression=""):

@@ -90,17 +90,17 @@ def test_a_folder_without_manifest_reads_only_its_tfrecord_files(tmp_path, tf):
     folder.mkdir()
     rows = [{"label": [i]} for i in range(5)]
     write_examples(folder / "plain-0.tfrecord", rows, tf)
-    write_examples(folder / "train-00000-of-00001", rows, tf)  # the Model Garden's names
+    write_examples(folder / "part-00000-of-00001", rows, tf)  # shard numbers, no split
     write_examples(folder / "data", rows, tf)  # no telling name, but a TFRecord header
     (folder / "README.txt").write_text("hello\n")  # 6 bytes: was listed as "0 records"
     (folder / "notes.md").write_text("# notes about this data set, long enough for a header")
     result = tfopt.inspect(folder)
     names = sorted(info.path.rsplit("/", 1)[-1] for info in result.files)
-    assert names == ["data", "plain-0.tfrecord", "train-00000-of-00001"]
+    assert names == ["data", "part-00000-of-00001", "plain-0.tfrecord"]
     assert result.num_records == 15
     text = "\n".join(result.notes)
     assert "README.txt" in text and "notes.md" in text and "not TFRecord files" in text
-    assert "manifest" in text
+    assert "no manifest.json" in text and "one unsplit dataset" in text
 
 
 def test_a_glob_of_tfopt_shards_names_the_dataset_whose_manifest_describes_them(tmp_path):

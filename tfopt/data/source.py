@@ -1,8 +1,11 @@
 """What a pipeline reads: files, how to parse each feature, image and label keys, sizes.
 
-From a tfopt dataset folder (or a list or glob of its shards) everything comes from the
-manifest; from other TFRecord files the schema is inferred from a bounded sample of the first
-records of every file (``SAMPLE_RECORDS``, ``SAMPLE_BYTES``, ``SAMPLE_FILES``; see
+The files, their splits and compression are resolved as ``inspect`` and ``verify`` resolve
+them (:func:`tfopt.records.format.layout.resolve_dataset`: a manifest's splits, or, for
+TFRecord files written elsewhere, splits told from the file names or subfolders); the split
+is chosen here. From a tfopt dataset folder (or a list or glob of its shards) everything comes
+from the manifest; from other TFRecord files the schema is inferred from a bounded sample of
+the first records of every file (``SAMPLE_RECORDS``, ``SAMPLE_BYTES``, ``SAMPLE_FILES``; see
 ``docs/data.md``). A few images are always sampled for their sizes.
 
 Raises:
@@ -23,6 +26,7 @@ from pathlib import Path
 
 from tfopt.errors import DatasetError, InvalidArgumentError, MissingSplitError
 from tfopt.records.format.framing import gzip_expansion
+from tfopt.records.format.layout import Layout, manifest_listing, resolve_dataset
 from tfopt.records.format.schema_sample import (
     FeatureInfo,
     SchemaSample,
@@ -30,13 +34,7 @@ from tfopt.records.format.schema_sample import (
     pick_label_key,
     sample_schema,
 )
-from tfopt.records.format.tfrecord import (
-    detect_compression,
-    folder_hint,
-    manifest_listing,
-    resolve_files,
-)
-from tfopt.records.manifest import MANIFEST_NAME, Manifest, read_manifest
+from tfopt.records.manifest import MANIFEST_NAME, Manifest
 from tfopt.records.schema import Encoding, FeatureKind
 
 logger = logging.getLogger("tfopt")
@@ -116,6 +114,9 @@ class PipelineSource:
     not_images: tuple[int, int, str] | None = None
     # GZIP files without a manifest: decompressed bytes per file byte, over the first file's start
     gzip_expansion: float | None = None
+    # the split read: a manifest's, or one told from foreign files' names or subfolders; None
+    # for files named by a list or a glob, or an unsplit folder
+    split: str | None = None
 
     @property
     def mean_record_bytes(self) -> float:
@@ -129,10 +130,12 @@ def resolve_source(source, *, split: str | None = None, image_key: str | None = 
     """Resolve a dataset folder, a list of shard files or a glob into a :class:`PipelineSource`.
 
     Args:
-        source: A tfopt dataset folder (manifest), a list of TFRecord files, or a glob.
-        split: The manifest split to read. Defaults to "train" when training, else
-            "validation" (never the training split in its place: pass ``split="train"`` to
-            evaluate on it).
+        source: A dataset folder (a tfopt dataset, or TFRecord files written elsewhere), a
+            list of TFRecord files, or a glob.
+        split: The split to read: a manifest's, or one a folder's file names or subfolders
+            tell. Defaults to "train" when training, else "validation" (never the training
+            split in its place: pass ``split="train"`` to evaluate on it). A folder whose file
+            names tell no split, a list and a glob are read whole.
         image_key: The encoded-image feature. Defaults to the manifest's or the inferred one.
         label_key: The label feature. Defaults to the manifest's or the inferred one.
         training: Whether the pipeline is for training (only picks the default split).
@@ -140,7 +143,8 @@ def resolve_source(source, *, split: str | None = None, image_key: str | None = 
     Raises:
         tfopt.errors.MissingSplitError: The dataset has no such split (a DatasetError): the
             one given, or "validation" for an evaluation pipeline given no split.
-        tfopt.DatasetError: No files, or an incomplete dataset.
+        tfopt.DatasetError: No files, an incomplete dataset, or a folder no reader can
+            split (the same error ``inspect`` and ``verify`` give).
         tfopt.InvalidArgumentError: ``image_key`` or ``label_key`` is not a feature.
     """
     try:
@@ -152,8 +156,7 @@ def resolve_source(source, *, split: str | None = None, image_key: str | None = 
 
 
 def _resolve(source, split, image_key, label_key, training) -> PipelineSource:
-    manifest, files, folder = _files_of(source, split, training)
-    compression = detect_compression([Path(f) for f in files], manifest)
+    manifest, files, folder, compression, split = _files_of(source, split, training)
     # a corrupted record is the pipeline's to report (naming its shard), not the sampler's
     if manifest is not None:
         sample = sample_schema(files, compression, records=MANIFEST_SAMPLE_RECORDS,
@@ -200,6 +203,7 @@ def _resolve(source, split, image_key, label_key, training) -> PipelineSource:
         mean_image_pixels=image_info.mean_pixels if image_info else None,
         min_image_side=min(image_info.min_size) if image_info and image_info.min_size else None,
         class_names=class_names,
+        split=split,
         # only needed without a manifest, whose counts give the mean exactly
         sampled_record_bytes=None if manifest else sample.mean_record_bytes,
         image_sizes=image_info.sizes if image_info else (),
@@ -215,40 +219,59 @@ def _same_file(path) -> Path:
     return Path(path).resolve()
 
 
-def _files_of(source, split, training) -> tuple[Manifest | None, list[str], Path | None]:
-    """The files to read, the manifest that describes them and its folder (None without)."""
+def _files_of(source, split, training) -> tuple[Manifest | None, list[str], Path | None,
+                                               str | None, str | None]:
+    """The files to read, their manifest and its folder (None without), compression, split.
+
+    The files are those ``inspect`` and ``verify`` resolve
+    (:func:`~tfopt.records.format.layout.resolve_dataset`); the split is chosen here.
+    """
+    dataset = resolve_dataset(list(source) if isinstance(source, (list, tuple)) else source)
+    files = [str(file) for file in dataset.files]
     if isinstance(source, (list, tuple)):
-        files = [str(f) for f in source]
-        missing = [f for f in files if not Path(f).is_file()]
-        if not files or missing:
-            raise DatasetError(f"shard files not found: {missing[:3] or 'empty list'}")
-        return _with_manifest(files)
+        files = [str(file) for file in source]  # as spelled: the user's names in every message
+    if dataset.layout is Layout.FILES:  # a list, a glob or one file: read whole
+        manifest, folder = manifest_listing(files)
+        return manifest, files, folder, dataset.compression, None
+    if dataset.layout is Layout.INCOMPLETE:
+        raise DatasetError(dataset.incomplete)
     path = Path(str(source))
     if path.name == MANIFEST_NAME and path.is_file():
-        path = path.parent  # the dataset it describes: one split, not every shard of all
-    if not path.is_dir():  # a glob or one file: as inspect and verify read them
-        files, _, _ = resolve_files(source)
-        return _with_manifest([str(file) for file in files])
-    try:
-        manifest = read_manifest(path)  # a folder must be a complete tfopt dataset
-    except DatasetError as error:
-        if (path / MANIFEST_NAME).exists() or not str(error).endswith("not a complete tfopt dataset"):
-            raise
-        # shards written elsewhere: no manifest says which files belong to which split, so
-        # the folder is refused (as every command does) and the files are named instead
-        raise DatasetError(f"{error}; {folder_hint(path)}") from None
+        path = path.parent
+    if dataset.layout is Layout.UNSPLIT:
+        if split is not None:  # asked for by name: the whole folder would be a guess
+            raise MissingSplitError(
+                path, split, [],
+                f"{path}: no split {split!r}: no file name says a split (as "
+                "train-00000-of-00004 does), so the folder is one unsplit dataset; leave "
+                "split out to read all of it, or name the files with a glob")
+        return None, files, None, dataset.compression, None
+    splits = dataset.splits
+    told = ("" if dataset.manifest is not None
+            else f" (no {MANIFEST_NAME}: splits told from {dataset.layout.told_from})")
     if split is None:
         split = TRAIN_SPLIT if training else VALIDATION_SPLIT
-        if split not in manifest.splits:  # never the training split in its place, unasked
+        if split not in splits:  # never the training split in its place, unasked
+            if training:
+                remedy = f"pass split= one of {', '.join(map(repr, splits))}"
+            else:
+                remedy = ("pass split='train' (--split train) to evaluate on the training "
+                          "data, or " + ("convert again with val_fraction= (--val-fraction "
+                                         "0.1) to hold out a validation split"
+                                         if dataset.manifest is not None else
+                                         f"split= another of {', '.join(map(repr, splits))}"))
+            reader = ("a training pipeline (training=True)" if training
+                      else "an evaluation pipeline (training=False)")
             raise MissingSplitError(
-                path, split, manifest.splits,
-                f"{path}: has no {split!r} split (it has: {', '.join(manifest.splits)}), which "
-                "an evaluation pipeline (training=False) reads when no split is given: pass "
-                "split='train' (--split train) to evaluate on the training data, or convert "
-                "again with val_fraction= (--val-fraction 0.1) to hold out a validation split")
-    if split not in manifest.splits:
-        raise MissingSplitError(path, split, manifest.splits,
-                                f"{path}: no split {split!r}; it has: {', '.join(manifest.splits)}")
+                path, split, splits,
+                f"{path}: has no {split!r} split (it has: {', '.join(splits)}){told}, which "
+                f"{reader} reads when no split is given: {remedy}")
+    if split not in splits:
+        raise MissingSplitError(path, split, splits,
+                                f"{path}: no split {split!r}; it has: {', '.join(splits)}{told}")
+    manifest = dataset.manifest
+    if manifest is None:
+        return None, [str(file) for file in splits[split]], None, dataset.compression, split
     shards = manifest.splits[split].shards
     if not any(shard.num_records for shard in shards):  # no batch, no schema sample, no steps
         what = (f"has no shards in its {MANIFEST_NAME}" if not shards
@@ -258,17 +281,8 @@ def _files_of(source, split, training) -> tuple[Manifest | None, list[str], Path
         raise DatasetError(f"{path}: split {split!r} {what}: nothing to read; "
                            + (f"choose another split: {', '.join(others)}" if others
                               else "the dataset holds no records"))
-    return manifest, [str(path / shard.file) for shard in shards], path
-
-
-def _with_manifest(files: list[str]) -> tuple[Manifest | None, list[str], Path | None]:
-    """Shards of one tfopt dataset, named by a list or a glob, keep their manifest's schema.
-
-    Only when every file is listed in the manifest of its folder (one folder): raw arrays are
-    then decoded and shapes kept as for the folder itself, and counts are checked per shard.
-    """
-    manifest, folder = manifest_listing(files)
-    return manifest, files, folder
+    return (manifest, [str(path / shard.file) for shard in shards], path, manifest.compression,
+            split)
 
 
 def _features_from_manifest(manifest: Manifest) -> list[ParsedFeature]:

@@ -20,6 +20,7 @@ from tfopt._validate import flag, whole_number
 from tfopt.errors import DatasetError
 from tfopt.records.format.example_pb import example_classes
 from tfopt.records.format.framing import RecordError, read_records
+from tfopt.records.format.layout import Layout, manifest_listing, resolve_dataset
 from tfopt.records.format.schema_sample import (
     FeatureInfo,
     SchemaStats,
@@ -28,7 +29,6 @@ from tfopt.records.format.schema_sample import (
     render_values,
     sample_schema,
 )
-from tfopt.records.format.tfrecord import detect_compression, manifest_listing, resolve_files
 from tfopt.records.manifest import MANIFEST_NAME, Manifest, interrupted_swap
 from tfopt.records.schema import Encoding
 
@@ -60,6 +60,9 @@ class InspectResult:
         sampled: Records read to infer the schema.
         manifest: The tfopt manifest, when there is one.
         notes: Things the user should know (incomplete dataset, no manifest...).
+        layout: How the files were found: a manifest, split names, split folders...
+        split_files: Split -> its files, as every reader resolves them
+            (:func:`~tfopt.records.format.layout.resolve_dataset`); empty without splits.
     """
 
     path: str
@@ -73,10 +76,22 @@ class InspectResult:
     sampled: int
     manifest: Manifest | None
     notes: list[str]
+    layout: Layout = Layout.FILES
+    split_files: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
     @property
     def num_bytes(self) -> int:
         return sum(info.num_bytes for info in self.files)
+
+    @property
+    def split_records(self) -> dict[str, int | None]:
+        """Split -> its records: the manifest's, else those counted in its files."""
+        if self.manifest is not None:
+            return {name: split.num_records for name, split in self.manifest.splits.items()}
+        counted = {info.path: info.num_records for info in self.files}
+        return {name: (None if any(counted.get(f) is None for f in files)
+                       else sum(counted[f] for f in files))
+                for name, files in self.split_files.items()}
 
     def to_json(self) -> dict:
         return {
@@ -92,10 +107,17 @@ class InspectResult:
             "features": [feature.to_json() for feature in self.features],
             "sampled": self.sampled,
             "class_names": self.manifest.class_names if self.manifest else None,
-            "splits": ({name: split.num_records for name, split in self.manifest.splits.items()}
-                       if self.manifest else None),
+            "splits": self.split_records or None,
+            "layout": self.layout.value,
+            "split_files": self.split_files,
             "notes": self.notes,
         }
+
+    def _shown_name(self, path: str) -> str:
+        """A file's name, or its path inside a folder of split subfolders (train/part-0)."""
+        if self.layout is Layout.SPLIT_FOLDERS:
+            return str(Path(path).relative_to(self.path))
+        return Path(path).name
 
     def describe(self) -> str:
         """A human-readable report."""
@@ -109,6 +131,12 @@ class InspectResult:
             splits = ", ".join(f"{name} {split.num_records:,} in {len(split.shards)} shards"
                                for name, split in self.manifest.splits.items())
             lines.append(f"splits: {splits}")
+        elif self.split_files:  # no manifest: told from the names or the subfolders
+            records = self.split_records
+            splits = ", ".join(f"{name} {records[name]:,} in {len(files)} file(s)"
+                               for name, files in self.split_files.items())
+            lines.append(f"splits (from {self.layout.told_from}): {splits}")
+        if self.manifest is not None:
             if self.manifest.class_names:
                 names = self.manifest.class_names
                 shown = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
@@ -134,7 +162,7 @@ class InspectResult:
         lines.append(f"schema (from {self.sampled:,} records):")
         lines.append(table(rows, ["feature", "type", "length", "content"], align="llrl"))
         if len(self.files) <= _FILES_SHOWN:
-            file_rows = [[Path(info.path).name, human_bytes(info.num_bytes),
+            file_rows = [[self._shown_name(info.path), human_bytes(info.num_bytes),
                           "-" if info.num_records is None else f"{info.num_records:,}"]
                          for info in self.files]
             lines.append(table(file_rows, ["file", "bytes", "records"]))
@@ -188,8 +216,9 @@ def inspect(path, *, fast: bool = False, sample: int = 64,
 
 
 def _inspect(path, fast: bool, sample: int, progress) -> InspectResult:
-    files, manifest, notes = resolve_files(path)  # a folder's: its TFRecord files only
-    if manifest is None and not Path(str(path)).is_dir():
+    dataset = resolve_dataset(path)  # what the pipelines and verify read, split the same way
+    files, manifest, notes = list(dataset.files), dataset.manifest, list(dataset.notes)
+    if dataset.layout is Layout.FILES:
         owner, folder = manifest_listing(files)
         if owner is not None:  # the schema shown is what the records hold, not the manifest's
             notes.append(f"these shards belong to the tfopt dataset in {folder}: pipelines "
@@ -198,7 +227,7 @@ def _inspect(path, fast: bool, sample: int, progress) -> InspectResult:
     if missing:
         raise DatasetError(f"{path}: shard(s) listed in the manifest are missing: "
                            f"{', '.join(missing[:3])}; run 'tfopt verify {path}'")
-    compression = detect_compression(files, manifest)
+    compression = dataset.compression
     if fast and manifest is not None:
         # the manifest holds the counts; a sample spread over every shard gives image sizes
         schema = sample_schema(files, compression, records=sample)
@@ -224,7 +253,9 @@ def _inspect(path, fast: bool, sample: int, progress) -> InspectResult:
     label_key = manifest.label_key if manifest else pick_label_key(features)
     total = sum(info.num_records for info in infos)
     return InspectResult(str(path), infos, compression, features, image_key, label_key, total,
-                         counted_from, sampled, manifest, notes)
+                         counted_from, sampled, manifest, notes, dataset.layout,
+                         {name: [str(file) for file in split]
+                          for name, split in dataset.splits.items()})
 
 
 def _with_raw_examples(features: list[FeatureInfo], manifest: Manifest, files,

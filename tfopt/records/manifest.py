@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from tfopt._files import atomic_write_bytes
-from tfopt.errors import DatasetError
+from tfopt.errors import DatasetError, NoManifestError
 from tfopt.records.schema import FeatureKind, FeatureSpec
 
 MANIFEST_NAME = "manifest.json"
@@ -276,9 +276,11 @@ def read_manifest(folder) -> Manifest:
         folder: The dataset folder (or the manifest file itself).
 
     Raises:
-        DatasetError: The folder has no manifest (an incomplete or foreign dataset, or one
-            that a killed ``convert --overwrite`` left half-replaced), or the manifest is
-            unreadable, from a newer tfopt, or contradicts itself (see :class:`ManifestIssue`).
+        NoManifestError: The folder has no manifest (a foreign dataset, or a conversion
+            interrupted before it wrote one): a DatasetError.
+        DatasetError: A killed ``convert --overwrite`` left the folder half-replaced, or the
+            manifest is unreadable, from a newer tfopt, or contradicts itself (see
+            :class:`ManifestIssue`).
 
     Example:
         >>> manifest = read_manifest("shards/")
@@ -287,12 +289,17 @@ def read_manifest(folder) -> Manifest:
     """
     manifest, issues = load_manifest(folder)
     if issues:
-        path = _manifest_path(folder)
-        shown = "; ".join(str(issue) for issue in issues[:3])
-        more = f"; and {len(issues) - 3} more" if len(issues) > 3 else ""
-        raise DatasetError(f"{path}: inconsistent manifest: {shown}{more}; 'tfopt verify "
-                           f"{path.parent}' lists every problem, and a new convert rewrites it")
+        raise manifest_issues_error(folder, issues)
     return manifest
+
+
+def manifest_issues_error(folder, issues: list[ManifestIssue]) -> DatasetError:
+    """The error a reader raises for a manifest that contradicts itself (the first three named)."""
+    path = _manifest_path(folder)
+    shown = "; ".join(str(issue) for issue in issues[:3])
+    more = f"; and {len(issues) - 3} more" if len(issues) > 3 else ""
+    return DatasetError(f"{path}: inconsistent manifest: {shown}{more}; 'tfopt verify "
+                        f"{path.parent}' lists every problem, and a new convert rewrites it")
 
 
 def _manifest_path(folder) -> Path:
@@ -316,11 +323,12 @@ def load_manifest(folder) -> tuple[Manifest, list[ManifestIssue]]:
         if swap is not None:
             raise DatasetError(f"{folder}: incomplete dataset: {swap}")
         if (folder / JOURNAL_NAME).exists():
-            raise DatasetError(
+            raise NoManifestError(
+                folder, True,
                 f"{folder}: incomplete dataset: a conversion was interrupted before writing "
-                f"{MANIFEST_NAME}; finish it with 'tfopt convert ... --resume'"
-            )
-        raise DatasetError(f"{folder}: no {MANIFEST_NAME}: not a complete tfopt dataset")
+                f"{MANIFEST_NAME}; finish it with 'tfopt convert ... --resume'")
+        raise NoManifestError(folder, False,
+                              f"{folder}: no {MANIFEST_NAME}: not a complete tfopt dataset")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:  # ValueError: broken JSON or bytes that are not UTF-8

@@ -30,12 +30,12 @@ from tfopt._validate import optional_whole_number
 from tfopt.errors import DatasetError
 from tfopt.records.format.example_wire import ExampleReader
 from tfopt.records.format.framing import RecordError, read_records
+from tfopt.records.format.layout import Layout, resolve_dataset
 from tfopt.records.format.schema_sample import (
     FEATURELESS_RECORDS_CAP,
     pick_image_key,
     sample_schema,
 )
-from tfopt.records.format.tfrecord import is_gzip, resolve_files
 from tfopt.records.image_limits import (
     DEFAULT_MAX_PIXELS,
     record_image_check,
@@ -50,7 +50,6 @@ from tfopt.records.manifest import (
     ManifestIssue,
     ShardInfo,
     interrupted_swap,
-    load_manifest,
 )
 from tfopt.records.schema import FeatureKind
 
@@ -104,6 +103,9 @@ class VerifyResult:
         checked: Each file read.
         problems: Everything wrong; empty when the dataset is whole.
         notes: What could not be checked, and why.
+        layout: How the files were found (a manifest, split names, split folders...).
+        compression: ``"gzip"`` or None, the dataset's.
+        split_files: Split -> its files, as every reader resolves them; empty without splits.
     """
 
     path: str
@@ -111,6 +113,9 @@ class VerifyResult:
     checked: list[ShardCheck]
     problems: list[Problem]
     notes: list[str]
+    layout: Layout | None = None  # None: nothing resolved (a half-replaced folder)
+    compression: str | None = None
+    split_files: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -128,6 +133,9 @@ class VerifyResult:
             "files_checked": len(self.checked),
             "records_checked": self.num_records,
             "problems": [{**dataclasses.asdict(p), "kind": p.kind.value} for p in self.problems],
+            "layout": self.layout.value if self.layout else None,
+            "compression": self.compression,
+            "split_files": self.split_files,
             "notes": self.notes,
         }
 
@@ -177,24 +185,22 @@ def verify(path, *, workers: int | None = None, progress: bool | None = False) -
                                                            swap)],
                             ["no shard read: the folder holds part of one dataset or of the "
                              "other until a convert finishes or undoes the swap"])
-    problems: list[Problem] = []
-    files: list[Path] = []  # bare shards, read without a manifest
-    if folder.is_dir() and (folder / MANIFEST_NAME).is_file():
-        manifest, issues = load_manifest(folder)  # its issues are problems, not an error here
-        notes: list[str] = []
-        problems.extend(_manifest_problems(folder, issues))
-    else:
-        files, manifest, notes = resolve_files(path)
+    # the files, splits and compression that inspect and the pipelines resolve; the
+    # manifest's issues are problems here, not an error
+    dataset = resolve_dataset(path, keep_manifest_issues=True)
+    manifest, notes = dataset.manifest, list(dataset.notes)
+    problems = _manifest_problems(folder, list(dataset.manifest_issues))
+    files = list(dataset.files) if manifest is None else []  # bare shards: no manifest
     if manifest is None and folder.is_dir() and (folder / JOURNAL_NAME).exists():
         problems.append(Problem(str(folder), ProblemKind.INCOMPLETE,
                                 f"no {MANIFEST_NAME}: the conversion was interrupted; finish it "
                                 "with 'tfopt convert ... --resume'"))
     if manifest is None:
-        jobs = [(file, None, "gzip" if is_gzip(file) else None, None) for file in files]
+        jobs = [(file, None, dataset.compression, None) for file in files]
         # TFRecords written by another tool: their image feature, if the sample finds one, is
         # judged record by record as a tfopt dataset's is; a value that is not an image (a
         # damaged record whose CRC is intact) passed before, and stopped a pipeline's epoch
-        image_key = _sampled_image_key(files, {job[2] for job in jobs})
+        image_key = _sampled_image_key(files, dataset.compression)
         checked_images = f", and each record's {image_key!r} by its image header" if image_key else ""
         notes.append(f"no manifest: checked record CRCs and counts{checked_images} (no "
                      "checksums, sizes or expected counts to compare with)")
@@ -217,17 +223,19 @@ def verify(path, *, workers: int | None = None, progress: bool | None = False) -
             checked.append(check)
             problems.extend(file_problems)
             bar.update()
-    return VerifyResult(str(path), manifest is not None, checked, problems, notes)
+    return VerifyResult(str(path), manifest is not None, checked, problems, notes,
+                        dataset.layout, dataset.compression,
+                        {name: [str(file) for file in split]
+                         for name, split in dataset.splits.items()})
 
 
-def _sampled_image_key(files: list[Path], compressions: set) -> str | None:
+def _sampled_image_key(files: list[Path], compression: str | None) -> str | None:
     """The image feature of bare TFRecord files, as a pipeline's sample infers it; None when
-    there is none, the files mix compressions, or the sample cannot be read (the file checks
-    report why)."""
-    if not files or len(compressions) != 1:
+    there is none or the sample cannot be read (the file checks report why)."""
+    if not files:
         return None
     try:
-        sample = sample_schema(files, next(iter(compressions)), stop_at_corruption=True)
+        sample = sample_schema(files, compression, stop_at_corruption=True)
     except DatasetError:
         return None
     return pick_image_key(sample.features)
