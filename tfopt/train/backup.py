@@ -33,9 +33,11 @@ from tfopt._validate import optional_whole_number, whole_number
 from tfopt.errors import InvalidArgumentError, TfoptError
 from tfopt.train.backup_io import BackupWriteError, weights_bytes, write_bytes_atomically
 from tfopt.train.backup_records import (
+    BACKUP_FOLDER,
     BACKUP_INFO_FILE,
     COPY_PREFIX,
     KERAS_INFO_FILE,
+    LONG_TERM_FOLDER,
     TEMP_PREFIX,
     BackupFolder,
     BackupRecord,
@@ -54,8 +56,6 @@ logger = logging.getLogger("tfopt")
 
 __all__ = ["AtomicBackupAndRestore", "BestModelCheckpoint", "backup_callbacks"]
 
-BACKUP_FOLDER = "backup"
-LONG_TERM_FOLDER = "long-term"
 BEST_MODEL_FILE = "best.keras"
 BEST_INFO_FILE = "best.json"
 DEFAULT_KEEP = 3

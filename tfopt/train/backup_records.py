@@ -36,6 +36,8 @@ from tfopt._validate import is_int
 from tfopt.errors import TfoptError
 
 BACKUP_INFO_FILE = "latest.json"
+# the folders backup_callbacks lays out under its directory (tfopt.Run's workdir)
+BACKUP_FOLDER, LONG_TERM_FOLDER = "backup", "long-term"
 FORMAT = 3
 # a file being written: never read, deleted by the next backup
 TEMP_PREFIX = ".tmp-"

@@ -54,6 +54,7 @@ class VersionState(str, Enum):
     VERIFIED = "verified"
     DAMAGED = "damaged"
     PARTIAL = "partial"
+    UNCHECKED = "unchecked"  # a local backup recorded without a checksum (older tfopt, Keras)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,60 @@
+"""``tfopt backups DIR``: the backup versions of a training, in its folder and its second
+location, each with its state, and the one a restore would take. No TensorFlow."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from tfopt.cli._common import echo_json, json_option, table
+from tfopt.train.backup_listing import Place, list_backups
+
+
+def _when(seconds: float | None) -> str:
+    return "-" if seconds is None else time.strftime("%Y-%m-%d %H:%M:%S",
+                                                     time.localtime(seconds))
+
+
+@click.command("backups")
+@click.argument("directory", metavar="DIR", type=click.Path(file_okay=False))
+@click.option("--copy-to", metavar="URL",
+              help="The second location given as copy_to= (a path, s3://..., any fsspec URL).")
+@json_option()
+def backups(directory: str, copy_to: str | None, as_json: bool) -> None:
+    """The backups of DIR (the folder given to backup_callbacks, or tfopt.Run's workdir) and
+    of --copy-to, newest first: verified, damaged or partial (every file is read and its
+    SHA-256 checked), and which one a restore takes."""
+    listing = list_backups(directory, copy_to)
+    if as_json:
+        echo_json(listing.to_json())
+        return
+    for problem in listing.problems:
+        click.echo(f"tfopt: warning: {problem}", err=True)
+    places = f"{listing.folder}" + (f" and {listing.copy_to}" if listing.copy_to else "")
+    if not listing.entries:
+        click.echo(f"no backups in {places}: a fit would start from scratch")
+        return
+    rows = []
+    for entry in listing.entries:
+        record = entry.record
+        state = entry.state.value + (" (finished run)" if entry.finished else "")
+        rows.append([entry.place.value, "-" if record is None else record.epoch,
+                     "-" if record is None else record.batch,
+                     _when(None if record is None else record.time), state,
+                     entry.name + (f": {entry.problem}" if entry.problem else "")])
+    click.echo(f"backups in {places}, newest first:")
+    click.echo(table(rows, ["place", "epochs", "batch", "written", "state", "file"],
+                     "lrrlll"))
+    chosen = listing.restore
+    if chosen is None:
+        recorded = any(entry.record is not None and entry.place is not Place.LONG_TERM
+                       and not entry.finished for entry in listing.entries)
+        click.echo("restore: none verifies: a fit stops with an error naming each" if recorded
+                   else "restore: none: a fit starts from scratch")
+    else:
+        click.echo(f"restore: {chosen.place.value} {chosen.location.rstrip('/')}/{chosen.name} "
+                   f"(after {chosen.record.epoch} epochs)")
+
+
+COMMANDS = [backups]
