@@ -164,3 +164,32 @@ def test_a_layout_none_can_read_is_the_same_error_from_all_three(layout, tmp_pat
         data, done = tfopt_json(command, folder)
         assert (data, done.returncode) == ({"error": message, "exit_code": 1}, 1)
         assert done.stderr.strip().splitlines()[-1] == f"tfopt: error: {message}"
+
+
+def test_no_manifest_is_an_error_type_that_says_whether_a_conversion_was_interrupted(
+        tmp_path, tf):
+    import pickle
+
+    from tfopt.errors import NoManifestError
+    from tfopt.records.manifest import JOURNAL_NAME, read_manifest
+
+    folder = tmp_path / "garden"
+    model_garden(folder, tf)
+    with pytest.raises(NoManifestError) as raised:
+        read_manifest(folder)
+    assert isinstance(raised.value, DatasetError) and not raised.value.interrupted
+    again = pickle.loads(pickle.dumps(raised.value))  # as from a worker process
+    assert (type(again), again.folder, str(again)) == (NoManifestError, str(folder),
+                                                       str(raised.value))
+    # a convert journal: an interrupted conversion, not a foreign dataset
+    (folder / JOURNAL_NAME).write_text("{}\n")
+    with pytest.raises(NoManifestError) as raised:
+        read_manifest(folder)
+    assert raised.value.interrupted
+    with pytest.raises(DatasetError, match="incomplete dataset: a conversion was interrupted"):
+        PipelineBuilder(str(folder), batch_size=4, training=True)
+    inspected, _ = tfopt_json("inspect", folder)
+    assert inspected["layout"] == "incomplete" and inspected["num_records"] == 15
+    assert any(note.startswith("incomplete dataset") for note in inspected["notes"])
+    verified, done = tfopt_json("verify", folder)
+    assert done.returncode == 1 and [p["kind"] for p in verified["problems"]] == ["incomplete"]
