@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -310,3 +311,93 @@ def test_under_tfopt_launch_a_killed_worker_resumes_from_the_chiefs_backup(shard
     assert weights[0] == reference  # bit for bit: the same stream, the same steps
     assert sorted(p.name for p in workdir.iterdir()) == ["best.json", "best.keras",
                                                          "history.csv"]
+
+
+# -- backups kept and copied: keep=, copy_to= ----------------------------------------------------
+
+
+def test_keep_and_copy_to_are_in_the_frozen_config_and_checked(tmp_path):
+    config = RunConfig("shards", workdir=tmp_path, keep=2, copy_to=tmp_path / "copy",
+                       copy_keep=4)
+    assert (config.keep, config.copy_to, config.copy_keep) == (2, str(tmp_path / "copy"), 4)
+    assert config == RunConfig("shards", workdir=tmp_path, keep=2,
+                               copy_to=str(tmp_path / "copy"), copy_keep=4)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.copy_to = "elsewhere"
+    for options, message in [
+        ({"workdir": tmp_path, "keep": 0}, "keep=0: expected a positive number of backups"),
+        ({"copy_to": tmp_path}, "copy_to=.*: expected None without a workdir"),
+        ({"workdir": tmp_path, "copy_to": ""}, "copy_to='': expected a folder path or a URL"),
+        ({"workdir": tmp_path, "copy_keep": 2}, "copy_keep=2: expected None without copy_to"),
+    ]:
+        with pytest.raises(InvalidArgumentError, match=message):
+            RunConfig("shards", **options)
+
+
+COPY_SCRIPT = textwrap.dedent("""
+    import os, signal, sys, time, zlib
+    import numpy as np
+    import keras
+    import tensorflow as tf
+    from tfopt.run import Run
+    from tfopt.models import build_model
+    from tfopt.train.backup_store import BackupStore
+
+    shards, workdir, copy_to, kill_epoch = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    tf.config.experimental.enable_op_determinism()
+    run = Run(shards, image_size=32, batch_size=16, workdir=workdir, seed=3,
+              steps_per_execution=4, keep=2, copy_to=copy_to)
+    print("DESCRIBE", run.describe().replace("\\n", " | "), flush=True)
+    with run.scope():
+        model = build_model("cnn", image_size=32, classes=run.num_classes, size="tiny")
+    run.compile(model, "adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+    class Crash(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+            print("EPOCH", epoch, flush=True)
+
+        def on_train_batch_end(self, batch, logs=None):
+            if self.epoch == kill_epoch and batch >= 4:
+                # after the copy of the last backup (epoch kill_epoch's start) is complete
+                store, deadline = BackupStore(copy_to), time.monotonic() + 60
+                while not any(v.record is not None and v.record.epoch == kill_epoch
+                              for v in store.versions()) and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    run.fit(model, epochs=3, callbacks=[Crash()], verbose=0)
+    weights = b"".join(np.asarray(w, np.float32).tobytes() for w in model.get_weights())
+    print("WEIGHTS %08x" % zlib.crc32(weights), flush=True)
+""")
+
+
+@pytest.mark.slow
+def test_killed_with_the_workdir_then_deleted_the_rerun_resumes_from_copy_to(shards, tmp_path):
+    script, copy = tmp_path / "train.py", tmp_path / "other-disk" / "run"
+    script.write_text(COPY_SCRIPT)
+
+    def train(workdir, kill_epoch):
+        done = subprocess.run([sys.executable, str(script), str(shards), str(workdir),
+                               str(copy if workdir.name == "run" else tmp_path / "ref-copy"),
+                               str(kill_epoch)], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+        epochs = [int(e) for e in re.findall(r"^EPOCH (\d)", done.stdout, re.MULTILINE)]
+        weights = re.findall(r"^WEIGHTS (\w+)", done.stdout, re.MULTILINE)
+        described = re.findall(r"^DESCRIBE (.*)$", done.stdout, re.MULTILINE)
+        return done, epochs, weights[0] if weights else None, described[0]
+
+    done, epochs, reference, _ = train(tmp_path / "reference", -1)
+    assert done.returncode == 0 and epochs == [0, 1, 2], done.stderr[-3000:]
+
+    done, epochs, weights, described = train(tmp_path / "run", 1)
+    assert done.returncode == -signal.SIGKILL and epochs == [0, 1] and weights is None
+    assert (f"backups      the 2 newest in {tmp_path / 'run' / 'backup'}, each checksummed; "
+            f"each copied to {copy} in the background (all kept there)") in described
+    shutil.rmtree(tmp_path / "run")
+
+    done, epochs, weights, described = train(tmp_path / "run", -1)
+    assert done.returncode == 0 and epochs == [1, 2], done.stderr[-3000:]
+    assert f"resume       from the backup of epoch 1 in {copy}" in described
+    assert "positioned for epoch" not in done.stderr  # the stream was placed for that epoch
+    assert weights == reference  # bit for bit, from the copy alone

@@ -66,6 +66,14 @@ class RunConfig:
         seed: Seed of the initial weights (set on entering ``run.scope()``), shuffling and
             crops; with one, a resumed run trains on the same data order as an uninterrupted
             one. Defaults to None (random).
+        keep: The newest backups kept in ``workdir/backup``, each checksummed; a restore
+            takes the newest that verifies. Defaults to 3.
+        copy_to: A second location for the backups, a folder or an fsspec URL
+            (``s3://bucket/run1``; ``pip install 'tfopt[remote]'``): each backup is copied
+            there in a background thread, under a new name, and a rerun whose workdir is gone
+            or damaged resumes from it. Needs ``workdir``. Defaults to None.
+        copy_keep: The newest versions kept at ``copy_to``; None deletes nothing there.
+            Defaults to None.
 
     Raises:
         tfopt.errors.InvalidArgumentError: A field outside what is allowed (the message names it).
@@ -84,6 +92,9 @@ class RunConfig:
     batch_norm: str = BatchNorm.AUTO.value
     validation: object = AUTO
     seed: int | None = None
+    keep: int = 3
+    copy_to: str | os.PathLike | None = None
+    copy_keep: int | None = None
 
     def __post_init__(self):
         def set_field(name, value):
@@ -112,6 +123,19 @@ class RunConfig:
         if not (is_bool(self.augment) or self.augment in (AUTO, "device")):
             raise fail("augment", self.augment, "'auto', True, False or 'device'")
         set_field("batch_norm", choice(BatchNorm, self.batch_norm, "batch_norm").value)
+        set_field("keep", whole_number(self.keep, "keep", 1, "a positive number of backups"))
+        if self.copy_to is not None:
+            if not isinstance(self.copy_to, (str, os.PathLike)) or not os.fspath(self.copy_to):
+                raise fail("copy_to", self.copy_to, "a folder path or a URL (s3://bucket/run)")
+            if self.workdir is None:
+                raise fail("copy_to", self.copy_to, "None without a workdir (the backups it "
+                           "copies are written in the workdir)")
+            # a path stays as given, a URL a string: equal configs from equal arguments
+            set_field("copy_to", os.fspath(self.copy_to))
+        set_field("copy_keep", optional_whole_number(self.copy_keep, "copy_keep", 1,
+                                                     "None or a positive number of versions"))
+        if self.copy_keep is not None and self.copy_to is None:
+            raise fail("copy_keep", self.copy_keep, "None without copy_to")
         if self.seed is not None and not (is_int(self.seed) and self.seed >= 0):
             raise fail("seed", self.seed, "None or an int >= 0")
 

@@ -46,6 +46,8 @@ class RunFacts:
             model, batch and policy; None when there is none.
         has_validation: The source has a validation split (or one was given).
         resume_epoch: Epochs the workdir's newest backup holds (0 without one).
+        resume_from: The second location (``copy_to``) when that backup is there; None when
+            it is in the workdir.
     """
 
     replicas: int
@@ -59,6 +61,7 @@ class RunFacts:
     cached_steps_per_execution: int | None = None
     has_validation: bool = False
     resume_epoch: int = 0
+    resume_from: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

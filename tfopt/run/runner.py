@@ -35,7 +35,8 @@ from tfopt.run.workdir import (
     write_spe_choice,
 )
 from tfopt.train.accumulation import configure_accumulation
-from tfopt.train.backup import backup_callbacks
+from tfopt.train.backup import BACKUP_FOLDER, backup_callbacks
+from tfopt.train.backup_store import BackupStore
 from tfopt.train.callbacks import (
     GpuStatsCallback,
     InputProbe,
@@ -106,7 +107,8 @@ class Run:
         **options: :class:`~tfopt.run.config.RunConfig` fields (``image_size``,
             ``batch_size`` per replica, ``workdir``, ``precision``, ``strategy``,
             ``steps_per_execution``, ``effective_batch_size``, ``cache``, ``augment``,
-            ``batch_norm``, ``validation``, ``seed``); each choice defaults to "auto".
+            ``batch_norm``, ``validation``, ``seed``, and the backups' ``keep``, ``copy_to``,
+            ``copy_keep``); each choice defaults to "auto".
 
     Raises:
         tfopt.errors.InvalidArgumentError: An option out of range, or a combination that cannot work.
@@ -140,6 +142,9 @@ class Run:
         has_validation = (config.validation not in (None, AUTO)
                           or (config.validation == AUTO and _has_validation_split(source)))
         cluster = cluster_info()
+        if config.copy_to is not None:
+            BackupStore(config.copy_to)  # a URL fsspec cannot open: refused now, not at fit
+        resumed, resume_from = resume_epoch(config.workdir, config.copy_to)
         self._facts = RunFacts(
             replicas=replicas,
             workers=cluster.workers,
@@ -150,7 +155,8 @@ class Run:
             trial_steps=trial_steps(),
             trial_possible=self._trial_image_size() is not None,
             has_validation=has_validation,
-            resume_epoch=resume_epoch(config.workdir),
+            resume_epoch=resumed,
+            resume_from=resume_from,
         )
         self.plan: RunPlan = plan_run(config, self._facts)
         self._eval_builder = None
@@ -241,8 +247,18 @@ class Run:
             writer = "" if self._facts.chief else " (written by the chief)"
             workdir = (f"{config.workdir}: backups (a rerun resumes), best model by "
                        f"{plan.monitor}, {HISTORY_FILE}{writer}")
+        backups = ("none (no workdir)" if config.workdir is None else
+                   f"the {config.keep} newest in {Path(config.workdir) / BACKUP_FOLDER}, "
+                   "each checksummed" + (
+                       "; no second copy (give copy_to= a folder on another disk or a URL)"
+                       if config.copy_to is None else
+                       f"; each copied to {config.copy_to} in the background ("
+                       + ("all kept there" if config.copy_keep is None
+                          else f"the {config.copy_keep} newest kept there") + ")"))
         resume = (f"from the backup of epoch {plan.resume_epoch}" if plan.resume_epoch
                   else "a new run")
+        if plan.resume_epoch and self._facts.resume_from is not None:
+            resume += f" in {self._facts.resume_from} (the workdir holds none as new)"
         if plan.resume_epoch and config.seed is None:
             resume += " (no seed: the data order differs from an uninterrupted run's)"
         lines = [
@@ -256,6 +272,7 @@ class Run:
             f"steps/call   {spe}: {plan.spe_reason}",
             f"validation   {plan.validation_reason}",
             f"workdir      {workdir}",
+            f"backups      {backups}",
             f"resume       {resume}",
             "training pipeline:",
             *("  " + line for line in self._train_builder.choices.describe().splitlines()),
@@ -338,7 +355,9 @@ class Run:
         workdir = self.config.workdir
         if workdir is None:
             return callbacks
-        callbacks += backup_callbacks(workdir, monitor=self.plan.monitor)
+        config = self.config
+        callbacks += backup_callbacks(workdir, monitor=self.plan.monitor, keep=config.keep,
+                                      copy_to=config.copy_to, copy_keep=config.copy_keep)
         callbacks.append(_ResumeCheck(self.plan.resume_epoch))
         if self._facts.chief:
             callbacks.append(keras.callbacks.CSVLogger(str(Path(workdir) / HISTORY_FILE),

@@ -2,7 +2,7 @@
 
 Layout (the backups' own is in :mod:`tfopt.train.backup`)::
 
-    WORKDIR/backup/...                 the backup a rerun resumes from
+    WORKDIR/backup/...                 the kept backups a rerun resumes from (and copy_to's)
     WORKDIR/best.keras, best.json      the best model so far
     WORKDIR/history.csv                one row per epoch (appended to by a resumed run)
     WORKDIR/steps_per_execution.json   the trial's choice and rates, for the model it timed
@@ -15,8 +15,9 @@ import logging
 from pathlib import Path
 
 from tfopt._files import atomic_write_bytes
-from tfopt.train.backup import BACKUP_FOLDER
-from tfopt.train.backup_records import read_backup_folder
+from tfopt.errors import TfoptError
+from tfopt.train.backup_records import BACKUP_FOLDER, read_backup_folder
+from tfopt.train.backup_store import BackupStore, StoreError
 
 logger = logging.getLogger("tfopt")
 
@@ -26,16 +27,40 @@ HISTORY_FILE = "history.csv"
 SPE_FILE = "steps_per_execution.json"
 
 
-def resume_epoch(workdir: Path | None) -> int:
-    """Epochs the newest backup in ``workdir`` holds: where a rerun's fit resumes (0: none).
+def resume_epoch(workdir: Path | None, copy_to=None) -> tuple[int, str | None]:
+    """Epochs the newest backup of ``workdir`` or ``copy_to`` holds: where a rerun's fit
+    resumes (0: none), and the copy's location when the newest is there (None: local).
+
+    What the backup's restore takes first: the newest of the local folder's and the copy's
+    (unfinished trainings', their weights of the recorded size), the local one on a tie. The
+    weights are checked when the fit restores them; an older one taken then is warned about.
 
     Raises:
-        tfopt.TfoptError: The backup's record is unreadable (the message names the file).
+        tfopt.TfoptError: The local backup's record is unreadable and there is no copy to
+            look in (the message names the file).
     """
     if workdir is None:
-        return 0
-    candidates = read_backup_folder(Path(workdir) / BACKUP_FOLDER).candidates
-    return candidates[0].epoch if candidates else 0
+        return 0, None
+    try:
+        candidates = read_backup_folder(Path(workdir) / BACKUP_FOLDER).candidates
+    except TfoptError:
+        if copy_to is None:
+            raise
+        candidates = ()  # the restore looks in the copy, and says why (backup.py)
+    best = (candidates[0].order, 1, candidates[0].epoch, None) if candidates else None
+    if copy_to is not None:
+        store = BackupStore(copy_to)
+        try:
+            finished = store.finished_runs()
+            versions = [v for v in store.versions() if v.record is not None
+                        and not v.problem and v.run not in finished]
+        except StoreError as error:
+            logger.warning("%s; resuming from the local folder alone", error)
+            versions = []
+        if versions:
+            newest = (versions[0].record.order, 0, versions[0].record.epoch, store.location)
+            best = newest if best is None or newest[:2] > best[:2] else best
+    return (0, None) if best is None else (best[2], best[3])
 
 
 def read_spe_choice(workdir: Path | None, key: dict) -> tuple[int, dict[int, float]] | None:
