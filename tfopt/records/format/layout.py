@@ -109,10 +109,6 @@ class DatasetFiles:
     notes: tuple[str, ...] = ()
     incomplete: str | None = None
 
-    def split_of(self) -> dict[Path, str]:
-        """File -> the split it belongs to (empty without splits)."""
-        return {file: name for name, files in self.splits.items() for file in files}
-
 
 def resolve_dataset(path, *, keep_manifest_issues: bool = False) -> DatasetFiles:
     """Resolve a dataset folder, one TFRecord file, a glob or a list of files.
