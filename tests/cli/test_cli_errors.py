@@ -230,10 +230,12 @@ def test_tune_checks_data_before_the_finder(no_work, dataset, tmp_path):
     line = one_error_line(run("tune", "batch-size", "--data", tmp_path / "missing",
                               "--sweep", "8"))
     assert str(tmp_path / "missing") in line and "does not exist" in line
-    bare = tmp_path / "bare"  # shards without their manifest: the pipeline refuses them
+    # shards without their manifest, and one whose name says no split: no reader splits them
+    bare = tmp_path / "bare"
     shutil.copytree(dataset, bare, ignore=shutil.ignore_patterns("manifest.json"))
+    shutil.copy(next(bare.glob("train-*")), bare / "extra.tfrecord")
     line = one_error_line(run("tune", "batch-size", "--data", bare, "--sweep", "8"))
-    assert str(bare) in line and "no manifest.json" in line
+    assert str(bare) in line and "no manifest.json" in line and "name a split" in line
 
 
 def test_a_data_service_port_in_use_is_one_line(tmp_path):
