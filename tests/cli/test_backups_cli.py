@@ -16,6 +16,7 @@ import pytest
 keras = pytest.importorskip("keras")
 
 from tests.train.backup_helpers import Interrupt, Recorder, train  # noqa: E402
+from tests.train.s3_server import s3_endpoint, s3_url  # noqa: E402,F401  (fixtures)
 from tfopt.train.backup import backup_callbacks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,3 +108,21 @@ def test_a_folder_that_is_not_there_is_one_line(tmp_path):
     done = tfopt("backups", empty)
     assert done.returncode == 0
     assert done.stdout.strip() == f"no backups in {empty / 'backup'}: a fit would start from scratch"
+    done = tfopt("backups", empty, "--copy-to", "nosuchproto://bucket/run")
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith("tfopt: error: --copy-to='nosuchproto://bucket/run': fsspec "
+                                  "cannot open it") and done.stderr.count("\n") == 1
+
+
+def test_the_versions_on_a_real_s3_server(tmp_path, s3_url):  # noqa: F811  (the fixture)
+    callbacks = backup_callbacks(tmp_path / "run", monitor="loss", copy_to=s3_url)
+    with pytest.raises(Interrupt):
+        train([*callbacks, Recorder(stop_at=2)], epochs=3)
+    callbacks[0].copier.wait()
+    shutil.rmtree(tmp_path / "run")
+    done = tfopt("backups", tmp_path / "run", "--copy-to", s3_url, "--json")
+    assert done.returncode == 0, done.stderr
+    listing = json.loads(done.stdout)
+    assert [(v["place"], v["epoch"], v["state"]) for v in listing["versions"]] == [
+        ("copy", 2, "verified"), ("copy", 1, "verified")]
+    assert listing["restore"]["location"] == s3_url and listing["restore"]["epoch"] == 2

@@ -25,7 +25,7 @@ def backups(directory: str, copy_to: str | None, as_json: bool) -> None:
     """The backups of DIR (the folder given to backup_callbacks, or tfopt.Run's workdir) and
     of --copy-to, newest first: verified, damaged or partial (every file is read and its
     SHA-256 checked), and which one a restore takes."""
-    listing = list_backups(directory, copy_to)
+    listing = list_backups(directory, copy_to, argument="--copy-to")
     if as_json:
         echo_json(listing.to_json())
         return

@@ -122,16 +122,17 @@ def _store(store: BackupStore, place: Place) -> list[BackupEntry]:
     return entries
 
 
-def list_backups(directory, copy_to=None) -> BackupListing:
+def list_backups(directory, copy_to=None, argument: str = "copy_to") -> BackupListing:
     """Every backup of ``directory`` (its ``backup/`` and ``long-term/`` folders) and of
-    ``copy_to``, their weights read and checked.
+    ``copy_to``, their weights read and checked. ``argument`` is the name an error gives
+    ``copy_to`` (``--copy-to`` for the CLI).
 
     Raises:
         TfoptError: neither ``directory`` nor ``copy_to`` exists or holds anything.
         InvalidArgumentError: ``copy_to`` is a URL fsspec cannot open here.
     """
     folder = resolve_backup_folder(directory)
-    store = BackupStore(copy_to) if copy_to is not None else None
+    store = BackupStore(copy_to, argument) if copy_to is not None else None
     entries, problems = _local(folder)
     long_term = folder.parent / LONG_TERM_FOLDER
     places = [(BackupStore(long_term), Place.LONG_TERM)] if long_term.is_dir() else []

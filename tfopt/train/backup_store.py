@@ -132,18 +132,18 @@ class _LocalFiles:
 class _FsspecFiles:
     """A folder behind fsspec. An object store's upload appears whole or not at all."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, argument: str):
         try:
             import fsspec
         except ImportError:
             raise InvalidArgumentError(
-                f"copy_to={url!r}: a URL needs fsspec and its file system's package: "
+                f"{argument}={url!r}: a URL needs fsspec and its file system's package: "
                 "pip install 'tfopt[remote]' (fsspec and s3fs), or gcsfs for gs://") from None
         try:
             self.fs, self.root = fsspec.core.url_to_fs(url)
         except (ImportError, ValueError) as error:
             raise InvalidArgumentError(
-                f"copy_to={url!r}: fsspec cannot open it ({error}). Hint: install the file "
+                f"{argument}={url!r}: fsspec cannot open it ({error}). Hint: install the file "
                 "system's package (s3fs for s3://, gcsfs for gs://)") from None
         self.root = self.root.rstrip("/")
 
@@ -189,6 +189,8 @@ class BackupStore:
 
     Args:
         location: A folder path, ``file://`` URL, or any URL fsspec opens.
+        argument: The name an error gives the location (``--copy-to`` for the CLI).
+            Defaults to "copy_to".
 
     Raises:
         InvalidArgumentError: a URL fsspec cannot open here.
@@ -197,10 +199,10 @@ class BackupStore:
         >>> BackupStore("s3://bucket/run1").versions()
     """
 
-    def __init__(self, location):
+    def __init__(self, location, argument: str = "copy_to"):
         self.location = os.fspath(location)
         if _is_url(self.location):
-            self._files = _FsspecFiles(self.location)
+            self._files = _FsspecFiles(self.location, argument)
         else:
             path = self.location.removeprefix("file://")
             self._files = _LocalFiles(Path(path))
