@@ -31,7 +31,9 @@ def backups(directory: str, copy_to: str | None, as_json: bool) -> None:
         return
     for problem in listing.problems:
         click.echo(f"tfopt: warning: {problem}", err=True)
-    places = f"{listing.folder}" + (f" and {listing.copy_to}" if listing.copy_to else "")
+    long_term = sorted({e.location for e in listing.entries if e.place is Place.LONG_TERM})
+    shown = [str(listing.folder), *long_term, *([listing.copy_to] if listing.copy_to else [])]
+    places = ", ".join(shown[:-1]) + " and " + shown[-1] if len(shown) > 1 else shown[0]
     if not listing.entries:
         click.echo(f"no backups in {places}: a fit would start from scratch")
         return
