@@ -216,3 +216,16 @@ def test_a_copy_that_arrives_damaged_is_never_recorded(tmp_path):
     # the same name is never overwritten in place, even by the good file
     with pytest.raises(StoreError, match="not overwritten"):
         store.put(folder / record.weights, record, "0" * 32)
+
+
+def test_a_copy_the_store_refuses_is_a_warning_and_training_goes_on(
+        tmp_path, s3_url, caplog):  # noqa: F811  (the fixture imported above)
+    missing = s3_url.replace("s3://", "s3://no-such-")  # a bucket nobody made
+    callbacks = backup_callbacks(tmp_path / "run", monitor="loss", copy_to=missing)
+    recorder = Recorder()
+    with caplog.at_level(logging.WARNING, logger="tfopt"):
+        train([*callbacks, recorder], epochs=3)
+    assert recorder.epochs == [0, 1, 2]  # every epoch ran, the backups written locally
+    failures = callbacks[0].copier.failures
+    assert failures and all(message.startswith(f"{missing}: the copy of ") for message in failures)
+    assert "the local backup is kept" in caplog.text
