@@ -7,6 +7,7 @@ import pytest
 from analysis_helpers import random_jpeg, slow, tf
 
 import tfopt
+from tfopt.errors import UnsupportedDatasetError
 
 # the analysis's verdicts rest on measured rates: no other test beside them (scripts/test.sh)
 pytestmark = pytest.mark.alone
@@ -175,6 +176,32 @@ def test_cache_after_random_is_a_correctness_warning():
     assert rec.stage == "frozen" and rec.expected_speedup == 1.0
     assert "noise" in rec.message
 
+
+
+def test_no_cache_after_random_above_a_shuffle_that_draws_one_order_for_every_pass():
+    # the "Load and preprocess images" tutorial: the file list shuffled once, the decoded
+    # images cached after it; every pass yields the same order, so the cache replays it
+    files = tf.data.Dataset.range(64).shuffle(64, reshuffle_each_iteration=False, name="once")
+    dataset = (files.map(matmul_work, num_parallel_calls=AUTOTUNE, name="work")
+               .cache(name="kept").shuffle(16, name="mix").batch(8).prefetch(2))
+    report = tfopt.analyze(dataset, seconds=1.0, cores=2)
+    assert not report.stage("once").random and report.stage("mix").random
+    assert "cache_after_random" not in report.kinds(), report.describe()
+
+
+def test_a_zip_of_tensor_slices_is_the_source_of_the_chain():
+    # Keras's image/audio/text_dataset_from_directory zip paths and labels this way
+    paths = tf.data.Dataset.from_tensor_slices([f"f{i}" for i in range(400)])
+    labels = tf.data.Dataset.from_tensor_slices(list(range(400)))
+    dataset = (tf.data.Dataset.zip((paths, labels)).shuffle(400, name="mix")
+               .map(lambda p, y: (slow(tf.strings.length(p)), y), name="work")
+               .batch(8, name="batches"))
+    report = tfopt.analyze(dataset, seconds=1.0, cores=2)
+    assert [s.op for s in report.stages][:2] == ["ZipDataset", "ShuffleDatasetV3"]
+    assert report.bottleneck == "work", report.describe()
+    # a zip whose inputs do work of their own is still refused, naming the op
+    with pytest.raises(UnsupportedDatasetError, match="ZipDataset"):
+        tfopt.analyze(tf.data.Dataset.zip((paths, labels.map(lambda y: y + 1))), seconds=0.5)
 
 @pytest.mark.parametrize("buffer, epoch, why", [(4, 10**5, "below one batch"),
                                                (40, 10**5, "below 1%")])

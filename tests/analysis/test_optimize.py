@@ -258,3 +258,12 @@ def test_keras_fits_an_optimised_dataset():
 def test_bad_arguments_name_the_argument(kwargs, named):
     with pytest.raises(InvalidArgumentError, match=named):
         tfopt.optimize(tf.data.Dataset.range(3), **kwargs)
+
+
+def test_a_shuffle_that_draws_one_order_for_every_pass_keeps_its_order_when_rewritten():
+    # the images tutorial: the file list shuffled once, split by skip (train) and take
+    # (validation); the rewrite must draw the same split, not a new one
+    files = tf.data.Dataset.range(64).shuffle(64, reshuffle_each_iteration=False)
+    dataset = files.skip(16).map(lambda x: (x, slow(x)), name="work").batch(8, name="batches")
+    rewritten, _ = forced(dataset, [("parallelize", "work"), ("parallelize", "batches")])
+    assert elements(rewritten) == elements(dataset)

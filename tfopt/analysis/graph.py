@@ -5,7 +5,9 @@ Each stage is one dataset op of the serialised graph (``tfapi.serialize``): its 
 run: heavy TensorFlow ops, random ops, Python. Graphs with more than one dataset input to an op
 (``zip``, ``concatenate``, sampling) are refused for now with the op named, except a zip of one
 dataset with endless ranges (``enumerate()``), which hands on one element per element of that
-dataset: a stage of the chain like a map.
+dataset: a stage of the chain like a map; and a zip of ``from_tensor_slices`` (or
+``from_tensors``) sources only (Keras's ``image_dataset_from_directory`` zips its paths with
+its labels so), which is the chain's source.
 """
 
 from __future__ import annotations
@@ -97,6 +99,11 @@ def read_graph(dataset: tf.data.Dataset) -> tuple[graph_pb2.GraphDef, list[Graph
     while True:
         dataset_inputs = [nodes[_source_name(name)] for name in current.input
                           if not name.startswith("^") and _is_dataset(nodes[_source_name(name)])]
+        if current.op == "ZipDataset" and all(_in_memory_leaf(n) for n in dataset_inputs):
+            # Keras's image/audio/text_dataset_from_directory zip a dataset of paths with one
+            # of labels, both in memory: one source of (path, label) pairs, like slices of both
+            chain.append(current)
+            break
         if len(dataset_inputs) > 1:
             data = [i for i, node in enumerate(dataset_inputs) if not _is_counter(node, nodes)]
             if current.op != "ZipDataset" or len(data) != 1:
@@ -114,6 +121,15 @@ def read_graph(dataset: tf.data.Dataset) -> tuple[graph_pb2.GraphDef, list[Graph
     chain.reverse()
     return graph_def, [_stage(node, nodes, functions, followed.get(node.name))
                        for node in chain]
+
+
+# Sources of tensors held in memory: a zip of these only is one source of tuples (a zip of
+# ranges, which no one needs, stays refused).
+_TENSOR_SOURCES = ("TensorDataset", "TensorSliceDataset")
+
+
+def _in_memory_leaf(node) -> bool:
+    return node.op in _TENSOR_SOURCES
 
 
 def _is_counter(node, nodes) -> bool:
@@ -153,15 +169,24 @@ def _types(node) -> list:
 
 def fresh_resources(graph: graph_pb2.GraphDef) -> None:
     """Give every cache and shuffle its own resource: the serialised graph points at the
-    original's (a cache it filled, the seed generator it advanced)."""
+    original's (a cache it filled, the seed generator it advanced).
+
+    Except the seed generator of a shuffle that draws one order for every pass
+    (``reshuffle_each_iteration=False``): its order is the pipeline's, not a pass's. The
+    images tutorial shuffles its file list so, then splits it with ``skip``; a fresh generator
+    drew another split, and optimize's pipeline trained on files the original kept apart for
+    validation."""
     consumers = {}
     for node in graph.node:
         for name in node.input:
-            consumers.setdefault(_source_name(name), []).append(node.op)
+            consumers.setdefault(_source_name(name), []).append(node)
     for node in graph.node:
         if node.op != "Const" or node.attr["dtype"].type != tf.resource.as_datatype_enum:
             continue
-        ops = {tfapi.fresh_resource_op(op) for op in consumers.get(node.name, [])}
+        users = consumers.get(node.name, [])
+        if any(_same_order_every_pass(user) for user in users):
+            continue
+        ops = {tfapi.fresh_resource_op(user.op) for user in users}
         if len(ops) == 1 and None not in ops:
             (fresh,) = ops
             node.op = fresh
@@ -169,7 +194,8 @@ def fresh_resources(graph: graph_pb2.GraphDef) -> None:
 
 
 def _stage(node, nodes, functions, data_input=None) -> GraphStage:
-    heavy, random, python, stateful = set(), node.op.startswith(_RANDOM_DATASETS), False, set()
+    heavy, python, stateful = set(), False, set()
+    random = node.op.startswith(_RANDOM_DATASETS) and not _same_order_every_pass(node)
     for op in _function_ops(node, functions):
         heavy |= {op} & HEAVY_OPS
         random = random or op.startswith(_RANDOM_PREFIXES)
@@ -183,6 +209,14 @@ def _stage(node, nodes, functions, data_input=None) -> GraphStage:
                       buffer_size=_buffer_size(node, nodes), deterministic=_deterministic(node),
                       stateful_ops=tuple(sorted(stateful)), force_synchronous=synchronous,
                       data_input=data_input)
+
+
+def _same_order_every_pass(node) -> bool:
+    """A shuffle with ``reshuffle_each_iteration=False``: it draws one order and yields it on
+    every pass, so a cache above it replays what it would yield anyway (the "Load and
+    preprocess images" tutorial shuffles its file list so, then caches the decoded images)."""
+    return (node.op.startswith("ShuffleDataset") and "reshuffle_each_iteration" in node.attr
+            and not node.attr["reshuffle_each_iteration"].b)
 
 
 def _order_dependent(op: str, functions) -> bool:
