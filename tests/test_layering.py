@@ -21,6 +21,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "tfopt"
 LAYERS = {
     "tfopt.errors": "foundation",
     "tfopt._": "foundation",  # tfopt._validate, tfopt._files, tfopt._supervisor, ...
+    "tfopt.rules": "rules",
     "tfopt.gpu": "gpu",
     "tfopt.records": "records",
     "tfopt.distribute": "distribute",
@@ -39,25 +40,26 @@ LAYERS = {
 # What each layer may import (itself always). The CLI and the flat API may import everything.
 ALLOWED = {
     "foundation": set(),
+    "rules": {"foundation"},
     "gpu": {"foundation"},
-    "records": {"foundation"},
+    "records": {"foundation", "rules"},
     "distribute": {"foundation"},
-    "data": {"foundation", "records", "distribute"},
-    "analysis": {"foundation", "records"},
+    "data": {"foundation", "rules", "records", "distribute"},
+    "analysis": {"foundation", "rules", "records"},
     "models": {"foundation"},
-    "train": {"foundation", "gpu", "data", "distribute", "models"},
-    "tune": {"foundation", "gpu", "data", "models", "train"},
-    "run": {"foundation", "records", "distribute", "data", "train", "tune"},
-    "bench": {"foundation", "gpu", "records", "distribute", "data", "analysis", "models", "train",
-              "tune", "run"},
-    "cli": {"foundation", "gpu", "records", "distribute", "data", "analysis", "models", "train",
-            "tune", "run", "bench"},
+    "train": {"foundation", "rules", "gpu", "data", "distribute", "models"},
+    "tune": {"foundation", "rules", "gpu", "data", "models", "train"},
+    "run": {"foundation", "rules", "records", "distribute", "data", "train", "tune"},
+    "bench": {"foundation", "rules", "gpu", "records", "distribute", "data", "analysis", "models",
+              "train", "tune", "run"},
+    "cli": {"foundation", "rules", "gpu", "records", "distribute", "data", "analysis", "models",
+            "train", "tune", "run", "bench"},
     "api": {"foundation"},
 }
 
 # Packages and modules that import no TensorFlow (nor Keras) when they are imported: they run
 # where TensorFlow is absent or must start fast (tfopt --help, monitor, doctor, launch).
-TENSORFLOW_FREE = ["tfopt.run.config", "tfopt.run.plan", "tfopt.records", "tfopt.gpu", "tfopt.cli", "tfopt.distribute.cluster",
+TENSORFLOW_FREE = ["tfopt.rules", "tfopt.run.config", "tfopt.run.plan", "tfopt.records", "tfopt.gpu", "tfopt.cli", "tfopt.distribute.cluster",
                    "tfopt.distribute.launch", "tfopt._supervisor", "tfopt.data.config",
                    "tfopt.data.plan", "tfopt.data.choices", "tfopt.data.service",
                    "tfopt.tune.search", "tfopt.models", "tfopt.analysis.report",

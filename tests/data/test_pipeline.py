@@ -10,7 +10,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import encode_jpeg, encode_png, folder_of, random_pixels
+from conftest import TWO_LOGICAL_CPUS, encode_jpeg, encode_png, folder_of, random_pixels
 
 import tfopt
 from tfopt.data.decode import (
@@ -421,3 +421,55 @@ def test_camera_photos_are_cached_reduced_and_still_shuffled_within_the_stream(t
     orders = [labels.numpy().tolist() for _, labels in batches]
     assert all(sorted(order) == sorted(stored) for order in orders)  # each record once
     assert any(order != stored for order in orders)  # mixed within the stream
+
+
+def test_an_input_context_plans_the_same_inside_and_outside_a_strategy_scope(
+        indexed_png_dataset):
+    # the distribution is read once, from what was given: a strategy's scope no longer changes
+    # the plan of the same call, unless nothing was given (then the active strategy is read)
+    script = TWO_LOGICAL_CPUS + textwrap.dedent(f"""
+        import dataclasses
+        from tfopt.data.pipeline import PipelineBuilder
+        from tfopt.data.plan import DistributionSource
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        def make(**kwargs):
+            return PipelineBuilder({str(indexed_png_dataset)!r}, batch_size=8, training=True,
+                                   image_size=16, seed=0, **kwargs)
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1,
+                                             num_replicas_in_sync=4)
+        outside, outside_ctx, outside_none = make(input_context=strategy), make(
+            input_context=context), make()
+        with strategy.scope():
+            inside, inside_ctx, inside_none = make(input_context=strategy), make(
+                input_context=context), make()
+        print(json.dumps({{
+            "strategy_same": outside.plan == inside.plan,
+            "context_same": outside_ctx.plan == inside_ctx.plan,
+            "active_as_given": dataclasses.replace(
+                inside_none.plan, distribution=DistributionSource.STRATEGY) == inside.plan,
+            "no_scope_differs": outside_none.plan != inside_none.plan,
+            "drop": [outside.plan.drop_remainder, outside_none.plan.drop_remainder],
+            "context": [outside_ctx.plan.workers, outside_ctx.plan.worker_index,
+                        outside_ctx.plan.replicas, outside_ctx.plan.sharding.value],
+            "describe": [b.choices.describe().split("distribution ")[1].split(chr(10))[0]
+                         for b in (inside, inside_ctx, inside_none)],
+        }}))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found["strategy_same"] and found["context_same"] and found["active_as_given"]
+    assert found["no_scope_differs"] and found["drop"] == [True, False]
+    assert found["context"] == [2, 1, 4, "file"]
+    assert found["describe"][0].startswith("2 replica(s) in sync, 1 worker(s): from the "
+                                           "strategy given")
+    assert "InputContext given" in found["describe"][1]
+    assert "read once at construction" in found["describe"][2]
+
+
+def test_an_input_context_of_another_type_is_refused(indexed_png_dataset):
+    with pytest.raises(InvalidArgumentError, match=r"input_context='two workers': expected a "
+                       r"tf.distribute.InputContext, a tf.distribute.Strategy, or None"):
+        PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=16, split="train",
+                        input_context="two workers")

@@ -116,12 +116,20 @@ def test_the_record_estimate_counts_the_framing_and_skips_compressed_files():
 def test_shuffle_buffer_is_the_shuffle_bytes_over_the_element_size():
     # decoded images in the cache: 600,000 bytes per element
     assert plan(train(), IMAGES).shuffle_elements == (32 << 20) // 600_000
-    assert plan(train(shuffle_bytes=100), IMAGES).shuffle_elements == 1  # at least one
+    # never below what mixes (tfopt.rules.min_shuffle_records): one batch, 1 % of the epoch
+    assert plan(train(shuffle_bytes=100), IMAGES).shuffle_elements == 32
+    many = dataclasses.replace(IMAGES, records=50_000, total_bytes=100_000 * 50_000)
+    assert plan(train(ram_budget=64 << 30), many).shuffle_elements == 500  # 1 %, not 55
+    # ... as far as the RAM left beside the cache allows: 600 KB elements, 30 MB left
+    tight = plan(train(ram_budget=int(30e6 + 50_000 * 600_000)), many)
+    assert tight.cache is CacheMode.ENCODED or tight.shuffle_elements == 50
     # encoded records (no cache): 100 KB each
     assert plan(train(cache=False), IMAGES).shuffle_elements == (32 << 20) // 100_000
-    # small records: capped
-    assert plan(PipelineConfig(batch_size=8, training=True), TABLE).shuffle_elements == (
+    # small records: capped, and never more than the epoch (which holds a full shuffle)
+    big_table = dataclasses.replace(TABLE, records=100_000, total_bytes=20_000_000)
+    assert plan(PipelineConfig(batch_size=8, training=True), big_table).shuffle_elements == (
         MAX_SHUFFLE_ELEMENTS)
+    assert plan(PipelineConfig(batch_size=8, training=True), TABLE).shuffle_elements == 10_000
     assert plan(evaluation(), IMAGES).shuffle_elements is None
 
 
@@ -277,10 +285,13 @@ def test_camera_photos_are_cached_at_the_scale_they_are_decoded_for_the_cache():
     assert resolved.cache is CacheMode.DECODED
     assert resolved.cache_estimate_bytes == int(360 * 3000 * 2250 / 16 * 3)
     assert not any("not cached" in note for note in resolved.notes)
-    # the shuffle buffer holds the reduced images too: 32 MiB of them, not one full-size photo
-    assert resolved.shuffle_elements == (32 << 20) // int(3000 * 2250 / 16 * 3) == 26
+    # the shuffle buffer holds the reduced images too: 32 MiB of them (26), not one
+    # full-size photo, raised to one batch (tfopt.rules.min_shuffle_records)
+    assert (32 << 20) // int(3000 * 2250 / 16 * 3) == 26
+    assert resolved.shuffle_elements == 32
+    assert resolved.shuffle_bytes == 32 * int(3000 * 2250 / 16 * 3)
     # asked for the cache: the same sizing (it gave "1 elements" from the full-size estimate)
-    assert plan(train(cache=True), PHOTOS).shuffle_elements == 26
+    assert plan(train(cache=True, shuffle_bytes=64 << 20), PHOTOS).shuffle_elements == 53
 
 
 def test_the_cache_estimate_follows_each_sampled_photo_to_its_own_scale():
@@ -310,8 +321,9 @@ def test_stall_advice_names_the_decode_the_cache_decision_and_the_stored_size():
     advice = stall_advice(tight, PHOTOS)
     assert "decoding is the costly stage here" in advice
     assert "not cached: " in advice and "ram_budget" in advice
-    assert "for a 224-px model (shorter sides of 2000 px and more, 6.8 megapixels" in advice
-    assert "'tfopt convert --max-size 512'" in advice
+    assert "for a 224-px model (shorter sides of 2000 px, 6.8 megapixels" in advice
+    # the shared rule's size for a 224-px model: twice its side (tfopt.rules)
+    assert "'tfopt convert --max-size 448'" in advice
     # images near the model's size, cached: no size advice, the cache named as it is
     cached = stall_advice(plan(train(), IMAGES), IMAGES)
     assert "--max-size" not in cached and "the decoded data is cached" in cached

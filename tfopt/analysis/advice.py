@@ -18,6 +18,7 @@ import itertools
 import math
 from dataclasses import dataclass, replace
 
+import tfopt.rules as rules
 from tfopt.analysis.report import Recommendation, Stage
 
 # Ops a rewrite can run in parallel (num_parallel_calls); the rest run one element at a time.
@@ -39,8 +40,6 @@ DECODE_OPS = ("DecodeJpeg", "DecodeAndCropJpeg", "DecodePng", "DecodeImage", "De
               "DecodeGif", "DecodeWebP")
 CHEAP_MAP_S = 50e-6  # a map cheaper than this per element is mostly per-call overhead
 STORED_CHANNELS = 3  # values per stored pixel a decode makes (RGB: decode_jpeg(channels=3))
-STORE_SMALLER_RATIO = 4.0  # decoded pixels per pixel the model sees that make storing smaller pay
-SHUFFLE_EPOCH_FRACTION = 0.01  # a buffer below this fraction of the epoch barely mixes
 DETERMINISTIC_GAIN = 1.15  # the measured gain out of order that is worth the advice
 
 
@@ -154,7 +153,8 @@ def _size(num_bytes: float) -> str:
 
 
 def _cache(stages, cores, plan: Allocation, ram_budget) -> list[Recommendation]:
-    """Cache at the highest stage below every random one whose epoch fits the budget."""
+    """Cache at the highest stage below every random one whose epoch fits the budget's cache
+    allowance (:func:`tfopt.rules.cache_fits`, as the builder caches)."""
     if any(s.op in CACHE_OPS for s in stages):
         return []
     first_random = next((s.index for s in stages if s.random), len(stages))
@@ -166,7 +166,7 @@ def _cache(stages, cores, plan: Allocation, ram_budget) -> list[Recommendation]:
         if stage.cardinality is None or stage.cardinality < 0 or not stage.bytes_per_element:
             continue
         size = stage.bytes_per_element * stage.cardinality
-        if ram_budget is not None and size > ram_budget:
+        if ram_budget is not None and not rules.cache_fits(size, ram_budget):
             continue
         # from the second epoch on, the stages below cost nothing and this one what reading
         # its elements back from memory costs: with nothing after it but hand-offs, zero
@@ -182,7 +182,8 @@ def _cache(stages, cores, plan: Allocation, ram_budget) -> list[Recommendation]:
         return [Recommendation(
             "cache", stage.label, speedup,
             f"the {stage.cardinality:,} elements after {stage.label} take about "
-            f"{_size(size)}, within the RAM budget ({_size(ram_budget or 0)}), and nothing "
+            f"{_size(size)}, within the cache's share of the RAM budget "
+            f"({_size(rules.cache_allowance(ram_budget or 0))}), and nothing "
             f"before them is random: add .cache() after {stage.label} ({where}) so that "
             f"every epoch after the first skips the work up to it (model: {speedup:.2f}x "
             f"from the second epoch)")]
@@ -235,7 +236,8 @@ def _python(stages, cores, plan: Allocation) -> list[Recommendation]:
 
 
 def _store_smaller(stages, cores, plan: Allocation) -> list[Recommendation]:
-    """Decode dominates and the decoded images are much larger than what the model sees."""
+    """Decode dominates and the stored images are much larger than what the model sees
+    (:func:`tfopt.rules.store_smaller`, the rule the builder and convert advise by)."""
     bottleneck = next((s for s in stages if s.label == plan.bottleneck), None)
     if bottleneck is None or not set(bottleneck.heavy_ops) & set(DECODE_OPS):
         return []
@@ -254,15 +256,25 @@ def _store_smaller(stages, cores, plan: Allocation) -> list[Recommendation]:
         decoded = max(decoded, height * width * STORED_CHANNELS * bottleneck.elements_per_output)
         stored = f" (stored images of about {width:,} x {height:,} px, from sampled headers)"
     seen = final.bytes_per_element * final.elements_per_output / final.item_bytes
-    if seen <= 0 or decoded / seen < STORE_SMALLER_RATIO:
+    if seen <= 0 or bottleneck.elements_per_output <= 0:
         return []
     ratio = decoded / seen
-    after = _rate_with(stages, cores, {bottleneck.index: bottleneck.self_time_s / ratio})
+    if bottleneck.stored_size:
+        shorter, longer = min(bottleneck.stored_size), max(bottleneck.stored_size)
+    else:  # the side of a square of the decoded pixels
+        shorter = longer = math.sqrt(decoded / bottleneck.elements_per_output / STORED_CHANNELS)
+    model_side = final.image_side or round(math.sqrt(
+        seen / final.elements_per_output / STORED_CHANNELS))
+    verdict = rules.store_smaller(shorter, model_side, longer)
+    if verdict is None:
+        return []
+    # stored at the suggested size, each decode makes about 1/pixel_ratio of the pixels
+    fewer = max(1.0, verdict.pixel_ratio)
+    after = _rate_with(stages, cores, {bottleneck.index: bottleneck.self_time_s / fewer})
     speedup = _speedup(after, plan)
     if speedup < WORTH:
         return []
-    size = final.image_side
-    option = f"--max-size {size}" if size else "--max-size N (N: the side the model sees)"
+    option = f"--max-size {verdict.max_size}"
     return [Recommendation(
         "store_smaller", bottleneck.label, speedup,
         f"decoding in {bottleneck.label} limits the pipeline, and it decodes about "
@@ -314,22 +326,20 @@ def _shuffle_buffer(stages, ram_budget) -> list[Recommendation]:
                       and s.batch_size), None)
         size = (source.bytes_per_element * buffer
                 if source is not None and source.bytes_per_element else None)
-        if epoch is not None and epoch >= 0 and buffer >= epoch:
-            small = None  # holds the whole epoch: a full shuffle
-        elif batch is not None and buffer < batch.batch_size:
-            small = f"below one batch ({batch.batch_size})"
-        elif epoch is not None and epoch > 0 and buffer < SHUFFLE_EPOCH_FRACTION * epoch:
-            small = f"below 1% of the {epoch:,} elements of an epoch"
-        else:
-            small = None
-        if small:
-            target = max(batch.batch_size if batch else 1,
-                         math.ceil(SHUFFLE_EPOCH_FRACTION * epoch) if epoch and epoch > 0 else 1)
+        # the rule the builder sizes its buffers by (tfopt.rules)
+        batch_size = batch.batch_size if batch else None
+        shortfall = rules.shuffle_shortfall(buffer, epoch, batch_size)
+        if shortfall is not None:
+            small = (f"below one batch ({batch_size})"
+                     if shortfall is rules.ShuffleShortfall.BELOW_BATCH else
+                     f"below {rules.SHUFFLE_EPOCH_FRACTION:.0%} of the {epoch:,} elements of "
+                     "an epoch")
+            target = rules.min_shuffle_records(epoch, batch_size)
             out.append(Recommendation(
                 "shuffle_buffer", stage.label, 1.0,
                 f"{stage.label} shuffles within {buffer:,} elements, {small}: neighbours stay "
-                f"neighbours; use a buffer of at least {max(target, 10 * buffer):,}, or "
-                f"shuffle the files (or shards) too"))
+                f"neighbours; use a buffer of at least {target:,}, or shuffle the files (or "
+                "shards) too"))
         elif size is not None and ram_budget is not None and size > ram_budget:
             out.append(Recommendation(
                 "shuffle_buffer", stage.label, 1.0,

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, replace
 
 import tfopt._validate as _validate
+import tfopt.rules as rules
 from tfopt._system import available_memory, usable_cores
 from tfopt.analysis import advice
 from tfopt.analysis.report import PipelineReport, Stage
@@ -29,8 +30,9 @@ def analyze(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
     Args:
         dataset: A ``tf.data.Dataset``; an infinite ``repeat()`` is fine.
         seconds: About how long the measurements take in all (> 0).
-        ram_budget: Bytes a cache or a shuffle buffer may use; default: half the memory
-            available now.
+        ram_budget: Bytes a cache and a shuffle buffer may use (a cache its share,
+            :func:`tfopt.rules.cache_allowance`); default: half the memory available now
+            (:func:`tfopt.rules.default_ram_budget`, as the pipeline builder's).
         cores: Cores the model allocates; default: the cores this process may use.
 
     Returns:
@@ -132,7 +134,7 @@ def analyse(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
     stages = [replace(s, stored_size=stored.get(s.index)) for s in
               _stages(found, rates, reading, cardinalities, specs, ordered, passes, cores)]
     if ram_budget is None:
-        ram_budget = available_memory() // 2
+        ram_budget = rules.default_ram_budget(available_memory())
     plan = advice.allocation(stages, cores)
     notes = []
     if reading is None:

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from tfopt.data.plan import CacheMode, DecodePlan, PipelinePlan, Prefetch, Sharding
+from tfopt.data.plan import (
+    CacheMode,
+    DecodePlan,
+    DistributionSource,
+    PipelinePlan,
+    Prefetch,
+    Sharding,
+)
 
 _PREFETCH_TEXT = {
     Prefetch.DEVICE: "to /gpu:0 (prefetch_to_device)",
@@ -46,6 +53,7 @@ class PipelineChoices:
         auto_shard: How several workers split the records, in words.
         prefetch: Where read-ahead batches wait, in words.
         skip_corrupt: Whether corrupted records are skipped.
+        distribution: The replicas and workers planned for, and where they were read from.
         notes: What was not done as asked, and why; other cache files at the same path.
 
     Example:
@@ -72,6 +80,7 @@ class PipelineChoices:
     prefetch: str
     skip_corrupt: bool
     notes: tuple[str, ...] = ()
+    distribution: str = ""
 
     @classmethod
     def of(cls, plan: PipelinePlan, cache_location: str = "memory",
@@ -97,6 +106,7 @@ class PipelineChoices:
             prefetch=_PREFETCH_TEXT[plan.prefetch],
             skip_corrupt=plan.skip_corrupt,
             notes=(*plan.notes, *notes),
+            distribution=_distribution_text(plan),
         )
 
     def to_json(self) -> dict:
@@ -138,6 +148,7 @@ class PipelineChoices:
         lines.append(f"batch        {self.batch_size}, drop_remainder={self.drop_remainder}, "
                      f"repeat={self.repeat}{fused}")
         lines.append(f"sharding     {self.auto_shard}")
+        lines.append(f"distribution {self.distribution}")
         lines.append(f"prefetch     {self.prefetch}")
         if self.records is None:  # no manifest: no counts to check the shards against
             corrupt = ("skipped (not counted: no manifest)" if self.skip_corrupt
@@ -149,6 +160,20 @@ class PipelineChoices:
         lines.append(f"corrupt      {corrupt}")
         lines.extend(f"note         {note}" for note in self.notes)
         return "\n".join(lines)
+
+
+_DISTRIBUTION_TEXT = {
+    DistributionSource.ACTIVE: "read once at construction from the strategy whose scope was "
+                               "active (tf.distribute.get_strategy()) and TF_CONFIG; pass "
+                               "input_context= to plan for a given one",
+    DistributionSource.STRATEGY: "from the strategy given as input_context, and TF_CONFIG",
+    DistributionSource.INPUT_CONTEXT: "from the tf.distribute.InputContext given",
+}
+
+
+def _distribution_text(plan: PipelinePlan) -> str:
+    return (f"{plan.replicas} replica(s) in sync, {plan.workers} worker(s): "
+            f"{_DISTRIBUTION_TEXT[plan.distribution]}")
 
 
 def _sharding_text(plan: PipelinePlan) -> str:

@@ -23,6 +23,7 @@ import os
 
 import tensorflow as tf
 
+import tfopt.rules as rules
 from tfopt._system import available_memory, usable_cores
 from tfopt._validate import choice, known_options, whole_number
 from tfopt.data.cache_keys import cache_location, other_cache_files
@@ -33,6 +34,7 @@ from tfopt.data.plan import (
     PREFETCH_DEVICE,
     SERVICE_PROCESSING_MODE,
     CacheMode,
+    DistributionSource,
     Facts,
     PipelinePlan,
     Prefetch,
@@ -70,11 +72,45 @@ class Stage(str, enum.Enum):
     DECODE = "decode"  # batches without augmentation: the whole pipeline here
 
 
-def read_facts(source: PipelineSource) -> Facts:
-    """What the planner needs to know of ``source`` and of this machine and process."""
+def read_distribution(input_context=None) -> dict:
+    """The distribution facts, read once: replicas in sync, whether a strategy runs, the
+    workers and this one's index, and where they came from (a :class:`DistributionSource`).
+
+    ``input_context`` is a ``tf.distribute.InputContext`` (its input pipelines are the
+    workers), a ``tf.distribute.Strategy`` (its replicas; the workers from ``TF_CONFIG``), or
+    None: the strategy whose scope is active now and ``TF_CONFIG``.
+
+    Raises:
+        tfopt.errors.InvalidArgumentError: ``input_context`` is neither.
+    """
+    if isinstance(input_context, tf.distribute.InputContext):
+        workers = int(input_context.num_input_pipelines)
+        return {"replicas": int(input_context.num_replicas_in_sync), "strategy": True,
+                "workers": workers,
+                "worker_index": int(input_context.input_pipeline_id) if workers > 1 else None,
+                "distribution": DistributionSource.INPUT_CONTEXT}
     # the chief first, then the workers: as MultiWorkerMirroredStrategy numbers its input
     # pipelines; a malformed TF_CONFIG is an error here as it is for the strategy
     cluster = cluster_info()
+    if input_context is None:
+        strategy, given = tf.distribute.get_strategy(), DistributionSource.ACTIVE
+        active = tf.distribute.has_strategy()
+    elif isinstance(input_context, tf.distribute.Strategy):
+        strategy, given = input_context, DistributionSource.STRATEGY
+        # the default strategy (what get_strategy() returns outside every scope) is none;
+        # TensorFlow has no public test for it, its class is private
+        active = type(input_context).__name__ != "_DefaultDistributionStrategy"
+    else:
+        raise InvalidArgumentError(
+            f"input_context={input_context!r}: expected a tf.distribute.InputContext, a "
+            "tf.distribute.Strategy, or None (the active strategy, read once now)")
+    return {"replicas": int(strategy.num_replicas_in_sync), "strategy": active,
+            "workers": cluster.workers, "worker_index": cluster.index, "distribution": given}
+
+
+def read_facts(source: PipelineSource, input_context=None) -> Facts:
+    """What the planner needs to know of ``source`` and of this machine and process; the
+    distribution from ``input_context`` (see :func:`read_distribution`)."""
     return Facts(
         files=len(source.files),
         records=source.num_records,
@@ -88,10 +124,7 @@ def read_facts(source: PipelineSource) -> Facts:
         image_sizes=source.image_sizes,
         available_memory=available_memory(),
         usable_cores=usable_cores(),
-        replicas=tf.distribute.get_strategy().num_replicas_in_sync,
-        strategy=tf.distribute.has_strategy(),
-        workers=cluster.workers,
-        worker_index=cluster.index,
+        **read_distribution(input_context),
         gpus=len(tf.config.list_logical_devices("GPU")),
         estimated_records=(None if source.num_records is not None else estimate_records(
             source.num_bytes, source.sampled_record_bytes,
@@ -107,6 +140,11 @@ class PipelineBuilder:
         source: A tfopt dataset folder, a list of TFRecord files, or a glob.
         config: A :class:`~tfopt.data.config.PipelineConfig`, or the batch size; or pass its
             fields as keyword arguments (they override the config's).
+        input_context: The distribution to plan for: a ``tf.distribute.InputContext`` (as
+            ``distribute_datasets_from_function`` passes), a ``tf.distribute.Strategy``, or
+            None (the strategy whose scope is active at construction, and ``TF_CONFIG``). It
+            is read once, here; ``choices.describe()`` says which. Given, the plan is the same
+            inside and outside any strategy's scope. Defaults to None.
         **fields: :class:`~tfopt.data.config.PipelineConfig` fields.
 
     Attributes:
@@ -129,7 +167,8 @@ class PipelineBuilder:
         >>> model.fit(builder.build(), steps_per_epoch=builder.steps_per_epoch, epochs=5)
     """
 
-    def __init__(self, source, config: PipelineConfig | int | None = None, **fields):
+    def __init__(self, source, config: PipelineConfig | int | None = None, *,
+                 input_context=None, **fields):
         config = make_config(config, fields, "PipelineBuilder")
         self.config = config
         # how errors name the source for 'tfopt verify': the path or glob as given
@@ -150,7 +189,7 @@ class PipelineBuilder:
         self._lost_per_shard: dict[int, int] = {}
         self._seed = config.seed if config.seed is not None else int.from_bytes(os.urandom(4), "little")
         self._resume = 0  # examples build() skips (resume_examples)
-        self.facts = read_facts(self.source)
+        self.facts = read_facts(self.source, input_context)
         self.plan: PipelinePlan = plan(config, self.facts)
         self._cache_location = cache_location(config.cache, self.source, self.plan,
                                               batch_size=config.batch_size,
@@ -280,7 +319,7 @@ class PipelineBuilder:
         # second source ("Found an unshardable source dataset").
         if plan.file_share is not None:
             files = files.shard(*plan.file_share, name="shard_files")
-        if plan.training:
+        if plan.shuffle_files:
             files = files.shuffle(len(source.files), seed=self._seed,
                                   reshuffle_each_iteration=True, name="shuffle_files")
         compression = tf_compression_type(source.compression)
@@ -445,7 +484,7 @@ class PipelineBuilder:
                 processing_mode=SERVICE_PROCESSING_MODE, service=plan.service, job_name=None))
         if plan.prefetch is Prefetch.DEVICE:
             return dataset.apply(tf.data.experimental.prefetch_to_device(PREFETCH_DEVICE))
-        return dataset.prefetch(AUTOTUNE, name="prefetch")
+        return dataset.prefetch(rules.PREFETCH_DEPTH, name="prefetch")
 
 
 def _no_images_error(where, source: PipelineSource, image_size) -> InvalidArgumentError:

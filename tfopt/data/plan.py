@@ -25,15 +25,19 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import statistics
 
+import tfopt.rules as rules
 from tfopt.data.config import DEVICE_CROP, PipelineConfig
 from tfopt.errors import InvalidArgumentError
-from tfopt.records.schema import SUGGESTED_MAX_SIZE
 
-DEFAULT_RAM_FRACTION = 0.5  # of MemAvailable: the budget for cache + tf.data's own buffers
-CACHE_SHARE = 0.6  # of the budget a cache may take; the rest stays for autotuned buffers
-MIN_AUTOTUNE_RAM = 256 << 20  # what tf.data's autotuner keeps however large the cache
-MAX_SHUFFLE_ELEMENTS = 16384  # small records: more elements only add fill time
+# The shared rules (tfopt/rules.py), named here too: the planner's tests and callers read them
+# from the planner. They are not copies: each is the rules module's object.
+CACHE_SHARE = rules.CACHE_SHARE
+MIN_AUTOTUNE_RAM = rules.MIN_AUTOTUNE_RAM
+MAX_SHUFFLE_ELEMENTS = rules.MAX_SHUFFLE_ELEMENTS
+CacheMode = rules.CacheMode
+CacheFallback = rules.CacheFallback
 COUNT_BLOCK = 256  # most records per counting step when checking shard record counts
 PARSE_BATCH = 128  # most records per parse_example call: enough to amortise the op
 # Counting and parsing blocks hold about this many bytes (at least 8 records): enough to
@@ -56,15 +60,6 @@ EVAL_CROP_FRACTION = 0.875  # central 87.5 %: the 224-of-256 convention
 # with random crops left to the device the pipeline ships squares with this margin.
 CACHE_SCALE = 256 / 224
 DEVICE_CROP_SCALE = CACHE_SCALE
-
-
-class CacheMode(str, enum.Enum):
-    """Which stage a pipeline caches."""
-
-    NONE = "none"
-    ENCODED = "encoded"  # serialized records, before decoding
-    DECODED = "decoded"  # decoded full images (training crops come from memory)
-    FINAL = "final"  # fixed-size images (evaluation) or parsed non-image batches
 
 
 class Sharding(str, enum.Enum):
@@ -118,6 +113,14 @@ class DecodePlan:
     min_decoded_side: int | None = None
 
 
+class DistributionSource(str, enum.Enum):
+    """Where the builder read the distribution facts (replicas, workers) from, once."""
+
+    ACTIVE = "active"  # tf.distribute.get_strategy() at construction, and TF_CONFIG
+    STRATEGY = "strategy"  # the strategy passed as input_context, and TF_CONFIG
+    INPUT_CONTEXT = "input_context"  # a tf.distribute.InputContext passed
+
+
 @dataclasses.dataclass(frozen=True)
 class Facts:
     """What the builder read from the source and the machine: all the planner looks at.
@@ -148,6 +151,8 @@ class Facts:
             ``gzip_expansion``). It sizes caches and buffers, never the epoch. Defaults to None.
         gzip_expansion: GZIP files: decompressed bytes per file byte, measured over the start
             of the first file; None for plain files or where unknown. Defaults to None.
+        distribution: Where ``replicas``, ``strategy``, ``workers`` and ``worker_index`` were
+            read from. Defaults to ``DistributionSource.ACTIVE``.
     """
 
     files: int
@@ -169,6 +174,7 @@ class Facts:
     gpus: int = 0
     estimated_records: int | None = None
     gzip_expansion: float | None = None
+    distribution: DistributionSource = DistributionSource.ACTIVE
 
 
 # Bytes of TFRecord framing around each record: length (8), its CRC (4), the data's CRC (4).
@@ -207,6 +213,12 @@ class PipelinePlan:
         ram_budget: Bytes for the cache and tf.data's buffers.
         autotune_ram_budget: What is left of ``ram_budget`` for tf.data's autotuner.
         shuffle_elements: Shuffle buffer in elements (None when not training).
+        shuffle_bytes: Its estimated bytes (None when not training).
+        shuffle_files: The shard files are shuffled each epoch (training, nothing cached:
+            :func:`tfopt.rules.shuffle_files_before`).
+        cache_fallback: Why the cache is not at the stage that saves most; None where it is.
+        replicas: Replicas in sync the plan was made for.
+        distribution: Where the distribution facts were read from.
         interleave_cycle: Shards read at once.
         count_block: Records per counting step (against the manifest's counts).
         parse_block: Records per ``parse_example`` call.
@@ -253,6 +265,11 @@ class PipelinePlan:
     skip_corrupt: bool
     pad_ragged: bool
     notes: tuple[str, ...] = ()
+    shuffle_bytes: int | None = None
+    shuffle_files: bool = False
+    cache_fallback: CacheFallback | None = None
+    replicas: int = 1
+    distribution: DistributionSource = DistributionSource.ACTIVE
 
     @property
     def file_share(self) -> tuple[int, int] | None:
@@ -310,19 +327,25 @@ def plan(config: PipelineConfig, facts: Facts) -> PipelinePlan:
         target, crop_fraction = (side, side), 1.0
     random_crop = random_crop is True
     ram_budget = (config.ram_budget if config.ram_budget is not None
-                  else int(facts.available_memory * DEFAULT_RAM_FRACTION))
-    cache, estimate = _choose_cache(config, facts, target, random_crop, ram_budget, notes)
+                  else rules.default_ram_budget(facts.available_memory))
+    cache, estimate, fallback = _choose_cache(config, facts, target, random_crop, ram_budget,
+                                              notes)
     decode = None
     if target is not None:
         decode = choose_decode(
             encoding=facts.image_encoding or "image", random_crop=random_crop, target=target,
             min_side=facts.min_image_side, cache_decoded=cache is CacheMode.DECODED,
             crop_fraction=crop_fraction)
+    cache_bytes = (estimate or 0) if cache is not CacheMode.NONE else 0
     shuffle = None
     if config.training:
-        element_bytes = _element_bytes(facts, cache, target)
-        shuffle = max(1, min(config.shuffle_bytes // max(1, int(element_bytes)),
-                             MAX_SHUFFLE_ELEMENTS))
+        # sized against the epoch it shuffles (an estimate without a manifest) and the RAM
+        # left beside the cache: the rule tfopt.analyze judges buffers by
+        shuffle = rules.shuffle_buffer(
+            shuffle_bytes=config.shuffle_bytes,
+            element_bytes=_element_bytes(facts, cache, target),
+            epoch_records=facts.records or facts.estimated_records,
+            batch_size=config.batch_size, ram_left=ram_budget - cache_bytes)
     repeat = config.training if config.repeat is None else config.repeat
     deterministic = (not config.training or config.seed is not None
                      if config.deterministic is None else config.deterministic)
@@ -356,7 +379,6 @@ def plan(config: PipelineConfig, facts: Facts) -> PipelinePlan:
     # dataset holds only its own shards' batches, fewer than the steps the strategy takes.
     known_length = (not repeat and steps is not None and not config.skip_corrupt
                     and config.service is None and sharding is not Sharding.FILE)
-    cache_bytes = (estimate or 0) if cache is not CacheMode.NONE else 0
     return PipelinePlan(
         batch_size=config.batch_size,
         training=config.training,
@@ -373,8 +395,13 @@ def plan(config: PipelineConfig, facts: Facts) -> PipelinePlan:
         cache_estimate_bytes=estimate,
         ram_budget=ram_budget,
         autotune_ram_budget=max(MIN_AUTOTUNE_RAM, int(ram_budget - cache_bytes)),
-        shuffle_elements=shuffle,
-        interleave_cycle=min(facts.files, max(2, facts.usable_cores)),
+        shuffle_elements=shuffle.records if shuffle else None,
+        shuffle_bytes=shuffle.bytes if shuffle else None,
+        shuffle_files=config.training and rules.shuffle_files_before(cache),
+        cache_fallback=fallback,
+        replicas=facts.replicas,
+        distribution=facts.distribution,
+        interleave_cycle=rules.interleave_cycle(facts.files, facts.usable_cores),
         count_block=records_per_block(facts.mean_record_bytes, COUNT_BLOCK),
         parse_block=records_per_block(facts.mean_record_bytes, PARSE_BATCH),
         sharding=sharding,
@@ -400,7 +427,8 @@ def _target(config: PipelineConfig, facts: Facts) -> tuple[int, int] | None:
 
 
 def _choose_cache(config: PipelineConfig, facts: Facts, target, random_crop: bool,
-                  ram_budget: int, notes: list[str]) -> tuple[CacheMode, int | None]:
+                  ram_budget: int, notes: list[str]
+                  ) -> tuple[CacheMode, int | None, CacheFallback | None]:
     records = facts.records
     estimated = records is None and bool(facts.estimated_records) and target is not None
     if estimated:
@@ -417,7 +445,7 @@ def _choose_cache(config: PipelineConfig, facts: Facts, target, random_crop: boo
         best = CacheMode.FINAL
         estimate = records * target[0] * target[1] * 3 if records else None
     if config.cache is False:
-        return CacheMode.NONE, estimate
+        return CacheMode.NONE, estimate, CacheFallback.OFF
     if estimated:
         expanded = (f", GZIP expanding them {facts.gzip_expansion:.2f}x (measured over the "
                     "start of the first file)" if facts.gzip_expansion else "")
@@ -426,18 +454,17 @@ def _choose_cache(config: PipelineConfig, facts: Facts, target, random_crop: boo
                      f"({facts.mean_record_bytes:,.0f} bytes); the cache is sized from that "
                      "estimate")
     if config.cache != "auto":
-        return best, estimate  # asked for: in memory or in the given file
-    allowed = ram_budget * CACHE_SHARE
-    if estimate is not None and estimate <= allowed:
-        return best, estimate
-    if facts.total_bytes <= allowed:
-        why = ("its size is unknown without a manifest" if estimate is None
+        return best, estimate, None  # asked for: in memory or in the given file
+    choice = rules.choose_cache(best, estimate, facts.total_bytes, ram_budget)
+    if choice.fallback is CacheFallback.NOTHING_FITS:
+        notes.append("the data does not fit the RAM budget: no cache")
+    elif choice.fallback is not None:
+        why = ("its size is unknown without a manifest"
+               if choice.fallback is CacheFallback.SIZE_UNKNOWN
                else f"it would not fit the RAM budget ({estimate >> 20} MiB)")
         notes.append(f"{best.value} data not cached: {why}; caching the encoded records "
                      "instead")
-        return CacheMode.ENCODED, facts.total_bytes
-    notes.append("the data does not fit the RAM budget: no cache")
-    return CacheMode.NONE, estimate
+    return choice.mode, choice.estimate_bytes, choice.fallback
 
 
 def cached_image_bytes(facts: Facts, target: tuple[int, int]) -> float | None:
@@ -474,11 +501,6 @@ def _element_bytes(facts: Facts, cache: CacheMode, target) -> float:
     return facts.mean_record_bytes
 
 
-# Stored images whose shorter side is at least this many times the model's input are the lever
-# against a decode-bound pipeline: they are decoded at 1/8 scale at best, and often whole.
-LARGE_IMAGE_FACTOR = 4
-
-
 def stall_advice(plan_: PipelinePlan, facts: Facts) -> str:
     """What to do about an input-bound epoch of this pipeline, from what its plan knows: the
     stage that costs most (decoding, for images), why the cache was or was not chosen, and
@@ -487,24 +509,30 @@ def stall_advice(plan_: PipelinePlan, facts: Facts) -> str:
     if plan_.decode is not None:
         parts.append(f"decoding is the costly stage here ({plan_.decode.strategy.value}: "
                      f"{plan_.decode.reason})")
-    why_not = [note for note in plan_.notes if "not cached" in note or "no cache" in note]
-    if why_not:
-        parts.append("not cached: " + "; ".join(why_not) + " (a larger ram_budget, or "
-                     "cache=True or a file path, caches all the same)")
-    elif plan_.cache is CacheMode.NONE:
+    fallback = plan_.cache_fallback
+    if fallback is CacheFallback.OFF:
         parts.append("the cache is off (cache=False)")
+    elif fallback is not None:
+        best = _best_cache(plan_).value
+        why = {CacheFallback.TOO_LARGE: f"the {best} data would not fit the RAM budget, so "
+                                        "the encoded records are cached",
+               CacheFallback.SIZE_UNKNOWN: f"the {best} data's size is unknown without a "
+                                           "manifest, so the encoded records are cached",
+               CacheFallback.NOTHING_FITS: "the data does not fit the RAM budget: no cache"}
+        parts.append(f"not cached: {why[fallback]} (a larger ram_budget, or cache=True or a "
+                     "file path, caches all the same)")
     else:
         parts.append(f"the {plan_.cache.value} data is cached: the first epoch fills the "
                      "cache, later ones read it")
-    side = facts.min_image_side
-    if (plan_.output_size and side
-            and side >= LARGE_IMAGE_FACTOR * max(plan_.output_size)):
-        megapixels = (facts.mean_image_pixels or side * side) / 1e6
+    smaller = store_smaller(plan_, facts)
+    if smaller is not None:
+        megapixels = (facts.mean_image_pixels or smaller.stored_side ** 2) / 1e6
+        size = smaller.max_size
         parts.append(
-            f"the stored images are large for a {max(plan_.output_size)}-px model (shorter "
-            f"sides of {side} px and more, {megapixels:.1f} megapixels on average): "
-            f"'tfopt convert --max-size {SUGGESTED_MAX_SIZE}' stores them at most "
-            f"{SUGGESTED_MAX_SIZE} px ({SUGGESTED_MAX_SIZE ** 2 / 1e6:.2f} megapixels at most), "
+            f"the stored images are large for a {smaller.model_side}-px model (shorter "
+            f"sides of {smaller.stored_side} px, {megapixels:.1f} megapixels on average): "
+            f"'tfopt convert --max-size {size}' stores them at most "
+            f"{size} px ({size ** 2 / 1e6:.2f} megapixels at most), "
             "the largest lever on decoding")
     if plan_.device_crop is False and plan_.decode is not None and plan_.decode.random_crop:
         parts.append("random_crop='device' with tfopt.Augment in the model moves the crops "
@@ -512,6 +540,37 @@ def stall_advice(plan_: PipelinePlan, facts: Facts) -> str:
     if not parts:
         parts.append("the pipeline's choices are in builder.choices.describe()")
     return "; ".join(parts)
+
+
+def _best_cache(plan_: PipelinePlan) -> CacheMode:
+    """The stage the cache would be at had it fitted."""
+    if plan_.output_size is None:
+        return CacheMode.ENCODED
+    random_crop = plan_.decode is not None and plan_.decode.random_crop
+    return CacheMode.DECODED if random_crop else CacheMode.FINAL
+
+
+def model_side(plan_: PipelinePlan) -> int | None:
+    """The side of the images the model gets (under ``random_crop="device"``, the crops it
+    draws, not the margin squares shipped); None for non-image data."""
+    if plan_.output_size is None:
+        return None
+    side = max(plan_.output_size)
+    return int(round(side / DEVICE_CROP_SCALE)) if plan_.device_crop else side
+
+
+def store_smaller(plan_: PipelinePlan, facts: Facts) -> rules.StoreSmaller | None:
+    """The shared store-smaller rule (:func:`tfopt.rules.store_smaller`) on the sampled
+    images' median sides against the model's side; None when it does not apply."""
+    side = model_side(plan_)
+    if side is None:
+        return None
+    if facts.image_sizes:
+        shorter = statistics.median(min(size) for size in facts.image_sizes)
+        longer = statistics.median(max(size) for size in facts.image_sizes)
+    else:
+        shorter, longer = facts.min_image_side, None
+    return rules.store_smaller(shorter, side, longer)
 
 
 # -- reading a cached pipeline in part ----------------------------------------------------------

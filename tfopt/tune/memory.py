@@ -17,6 +17,7 @@ import os
 import threading
 from collections.abc import Callable
 
+import tfopt.rules as rules
 from tfopt._system import available_memory
 
 __all__ = ["MemoryProbe", "RssSampler", "default_budget", "resident_bytes"]
@@ -94,5 +95,5 @@ def default_budget(tf) -> int | None:
     """Half of the memory available now on a CPU-only machine; None where there is a GPU."""
     if tf.config.list_logical_devices("GPU"):
         return None
-    return available_memory() // 2
+    return rules.default_ram_budget(available_memory())
 

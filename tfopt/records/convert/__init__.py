@@ -40,10 +40,11 @@ from tfopt.records.convert.plan import plan_fingerprint, plan_shards
 from tfopt.records.convert.pool import Terminated, WorkerDied, run_tasks, sigterm_as_interrupt
 from tfopt.records.disk_space import is_disk_full, require_space_for_images
 from tfopt.records.manifest import JOURNAL_NAME, Manifest, ShardInfo, SplitInfo, write_manifest
-from tfopt.records.schema import SUGGESTED_MAX_SIZE, Encoding
+from tfopt.records.schema import Encoding
 from tfopt.records.sources import ScannedSource, SourceKind, detect_kind, scan_source
 from tfopt.records.sources.images import sampled_image_sides
 from tfopt.records.writer import Cancelled
+from tfopt.rules import store_smaller
 
 __all__ = ["convert", "ConvertOptions", "ConvertResult"]
 
@@ -167,11 +168,6 @@ def _convert(src: Path, dst: Path, options: ConvertOptions, progress) -> Convert
         output.release()  # the output or staging folder's lock
 
 
-# Images whose median shorter side is at least this are far larger than what models train on
-# (224-384 px): each is decoded whole every epoch, or at best at 1/8 scale.
-LARGE_IMAGE_SIDE = 1024
-
-
 def _advise_max_size(scanned: ScannedSource, options: ConvertOptions) -> None:
     """Warn when images are stored as they are and are far larger than training sizes."""
     if scanned.kind is not SourceKind.IMAGES or options.max_size is not None:
@@ -181,16 +177,17 @@ def _advise_max_size(scanned: ScannedSource, options: ConvertOptions) -> None:
         return
     shorter = statistics.median(side for side, _ in sides)
     longer = statistics.median(side for _, side in sides)
-    if shorter < LARGE_IMAGE_SIDE:
+    # the rule the pipeline builder and tfopt.analyze advise by, for a model of typical size
+    verdict = store_smaller(shorter, None, longer)
+    if verdict is None:
         return
-    fewer = (longer / SUGGESTED_MAX_SIZE) ** 2
     logger.warning(
         "%s: the images are stored as they are, %d x %d px (median of %d sampled); a model "
         "trained at 224-384 px decodes each of them whole every epoch (or at 1/8 scale at "
         "best). Converting with --max-size %d stores every side at most %d px: about %.0fx "
         "fewer pixels per image to decode, and fewer bytes to read",
-        scanned.path, longer, shorter, len(sides), SUGGESTED_MAX_SIZE, SUGGESTED_MAX_SIZE,
-        fewer)
+        scanned.path, longer, shorter, len(sides), verdict.max_size, verdict.max_size,
+        verdict.pixel_ratio)
 
 
 def _check_space(scanned: ScannedSource, options: ConvertOptions, tasks, todo, work) -> None:
