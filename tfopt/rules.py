@@ -158,8 +158,10 @@ def shuffle_buffer(*, shuffle_bytes: int, element_bytes: float, epoch_records: i
 
 # -- parallelism and prefetching ------------------------------------------------------------------
 
-PREFETCH_DEPTH = -1  # tf.data.AUTOTUNE: the last stage's read-ahead, tuned at run time
-PARALLEL_CALLS = -1  # tf.data.AUTOTUNE for every map and interleave
+# tf.data.AUTOTUNE: the last stage's read-ahead, tuned at run time (analyze's `prefetch`
+# recommends the same); every map and interleave of the builder is AUTOTUNE too, and
+# analyze's `parallelize` recommends AUTOTUNE for a stage that runs one element at a time
+PREFETCH_DEPTH = -1
 
 
 def interleave_cycle(files: int, cores: int) -> int:

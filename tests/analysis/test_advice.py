@@ -68,3 +68,37 @@ def test_prefetch_is_worth_2x_only_where_nothing_runs_the_output_ahead():
     # nothing to recommend once the pipeline ends in one
     with_prefetch = [*stages, stage(3, "PrefetchDataset", 0.0)]
     assert "prefetch" not in [r.kind for r in advice.recommendations(with_prefetch, 2, 900, None)]
+
+
+def test_a_cache_is_recommended_only_within_the_builders_cache_share():
+    # 1,000 elements of 1 MB after a costly map: 1 GB, which fits 60 % of a 2 GB budget
+    # (tfopt.rules.cache_allowance, as the pipeline builder caches) but not of 1.5 GB
+    from dataclasses import replace
+
+    def sized(s, card, size):
+        return replace(s, cardinality=card, bytes_per_element=size)
+
+    stages = [sized(stage(0, "TFRecordDatasetV2", 1e-5), 1000, 1e3),
+              sized(stage(1, "ParallelMapDatasetV2", 1e-2, parallelism=-1), 1000, 1e6),
+              stage(2, "PrefetchDataset", 0.0)]
+
+    def kinds(budget):
+        return [r.kind for r in advice.recommendations(stages, 4, 100.0, None, ram_budget=budget)]
+
+    assert "cache" in kinds(2 * 10**9)
+    assert "cache" not in kinds(int(1.5 * 10**9))
+
+
+def test_a_shuffle_buffer_is_judged_by_the_builders_rule():
+    from dataclasses import replace
+
+    source = replace(stage(0, "TFRecordDatasetV2", 1e-5), cardinality=50_000,
+                     bytes_per_element=100.0)
+    shuffle = replace(stage(1, "ShuffleDatasetV3", 1e-6), buffer_size=499)
+    batch = replace(stage(2, "BatchDatasetV2", 0.0), batch_size=32)
+    recs = [r for r in advice.recommendations([source, shuffle, batch], 2, 100.0, None)
+            if r.kind == "shuffle_buffer"]
+    assert len(recs) == 1 and "at least 500" in recs[0].message  # 1 % of 50,000
+    shuffle = replace(shuffle, buffer_size=500)
+    assert not [r for r in advice.recommendations([source, shuffle, batch], 2, 100.0, None)
+                if r.kind == "shuffle_buffer"]
