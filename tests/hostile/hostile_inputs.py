@@ -567,8 +567,8 @@ def damage_cases(root: Path, pristine: Path) -> list[Case]:
         length = struct.unpack("<Q", raw[:8])[0]
         path.write_bytes(raw + raw[: 16 + length])  # the first record again, at the end
     case("record_appended", appended)
-    # without a manifest the folder reads as bare TFRecords (foreign shards verify so); verify
-    # says it is not a complete tfopt dataset, and no pipeline reads the folder
+    # without a manifest (and no journal) the folder is read as foreign TFRecords, split by its
+    # file names, by the pipeline, inspect and verify alike (records/format/layout.py)
     case("manifest_deleted", lambda d: (d / "manifest.json").unlink(), "either")
     case("manifest_not_json", lambda d: (d / "manifest.json").write_text("{not json"))
     case("manifest_empty_object", lambda d: (d / "manifest.json").write_text("{}"))
