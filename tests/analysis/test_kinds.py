@@ -91,7 +91,7 @@ def test_store_smaller_when_decode_dominates_and_images_are_much_larger():
     report = tfopt.analyze(dataset, seconds=1.5, cores=2)
     rec = only(report, "store_smaller")
     assert rec.stage == "decode" == report.bottleneck
-    assert "tfopt convert --max-size 48" in rec.message
+    assert "tfopt convert --max-size 96" in rec.message
 
 
 def test_no_store_smaller_when_the_model_sees_the_decoded_size():
@@ -136,7 +136,7 @@ def test_store_smaller_for_one_map_that_reads_decodes_and_resizes_image_files(tm
     rec = only(report, "store_smaller")
     assert rec.stage == "load" == report.bottleneck
     assert "stored images of about 640 x 480 px, from sampled headers" in rec.message
-    assert "tfopt convert --max-size 32" in rec.message
+    assert "tfopt convert --max-size 64" in rec.message
     assert stage_named(report, "load").stored_size == (480, 640)
 
 

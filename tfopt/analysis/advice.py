@@ -356,6 +356,10 @@ def _parallelize(stages, cores, measured_per_s, plan: Allocation) -> list[Recomm
     stage = next(s for s in stages if s.label == plan.bottleneck)
     if near or parallelism_now(stage, cores) > 1 or not can_parallelize(stage):
         return []
+    if stage.parallelism == -1:
+        # AUTOTUNE already, and it chose one worker (an interleave over few files, say):
+        # "pass AUTOTUNE" would tell the user to write what is written
+        return []
     if "Map" not in stage.op and "Interleave" not in stage.op:
         return []
     after = predicted_rate(stages, cores, {stage.index: cores})

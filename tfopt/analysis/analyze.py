@@ -4,6 +4,7 @@ what AUTOTUNE measured and chose, and name the bottleneck and what to change."""
 from __future__ import annotations
 
 import logging
+import math
 import reprlib
 import time
 from dataclasses import dataclass, replace
@@ -287,6 +288,29 @@ def _elements_per_output(found, by_stage, fused, passes=None) -> list[float]:
     return ratios
 
 
+def _prefix_costs(found, rates, ratios) -> list[float | None]:
+    """Seconds per output element of each measured prefix, none above a longer one's.
+
+    A longer prefix does all the work of a shorter one, so where it measures cheaper the
+    shorter one's figure is overhead of measuring it: one by one, unbatched rows cost the
+    iterator per row (slices under a batch of 64 once read as 10x the batches' cost and made
+    the source the bottleneck). A cache is the exception, its later passes really are cheaper
+    than the stages under it, so no cost above a cache caps one below it.
+    """
+    from tfopt.analysis.model import op_kind
+
+    costs: list[float | None] = [ratios[i] / rate if rate > 0 else None
+                                 for i, rate in enumerate(rates)]
+    cap = math.inf
+    for i in range(len(found) - 1, -1, -1):
+        if costs[i] is not None:
+            costs[i] = min(costs[i], cap)
+            cap = costs[i]
+        if op_kind(found[i].op) in ("cache", "memorycache"):
+            cap = math.inf
+    return costs
+
+
 def _stages(found, rates, reading, cardinalities=None, specs=None, ordered=True,
             passes=None, cores=None) -> list[Stage]:
     """Report stages from graph stages, prefix rates and the model's nodes.
@@ -300,6 +324,7 @@ def _stages(found, rates, reading, cardinalities=None, specs=None, ordered=True,
     fused = reading.fused_into_next if reading else frozenset()
     ratios = _elements_per_output(found, by_stage, fused, passes)
     facts = [_spec_facts(spec) for spec in specs] if specs else [(None, None)] * len(found)
+    costs = _prefix_costs(found, rates, ratios)
     stages, previous_cost = [], 0.0
     for i, stage in enumerate(found):
         node = by_stage.get(stage.node)
@@ -322,11 +347,10 @@ def _stages(found, rates, reading, cardinalities=None, specs=None, ordered=True,
             # the upper stage of a fused pair (a MapAndBatch's batch): the lower one carries it
             if i > 0 and found[i - 1].node in fused:
                 self_time, runtime = 0.0, None
-        elif rates[i] > 0:  # from prefix rates: what this stage adds per output element
-            cost = ratios[i] / rates[i]
-            self_time = max(0.0, cost - previous_cost) / ratios[i]
-        if rates[i] > 0:
-            previous_cost = ratios[i] / rates[i]
+        elif costs[i] is not None:  # from prefix rates: what this stage adds per output element
+            self_time = max(0.0, costs[i] - previous_cost) / ratios[i]
+        if costs[i] is not None:
+            previous_cost = costs[i]
         if size is None and specs:  # no model node (its iterator gone, say): the spec's size
             size = _static_bytes(specs[i])
         if size is None and stages and stages[-1].bytes_per_element and (

@@ -9,11 +9,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-# The --max-size that convert and the pipeline's advice suggest for images stored far larger
-# than training sizes: above the largest common one with the pipeline's crop margin
-# (384 x 256/224 = 439 px).
-SUGGESTED_MAX_SIZE = 512
-
 # The one integer type of a TFRecord (tf.train.Int64List): values outside it cannot be stored.
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
