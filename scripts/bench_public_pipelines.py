@@ -3,7 +3,7 @@ tests/analysis/public_pipelines.py, each citing its source), side by side with t
 as written and with the tf.data guide's hand fix of it ("expert").
 
     python scripts/bench_public_pipelines.py [--work bench-public] [--scale 4] [--rounds 3]
-                                             [--seconds 4] [--epochs 4] [--only WORDS]
+                                             [--seconds 4] [--measure 2] [--only WORDS]
 
 The synthetic data is written into --work (the same bytes every run), ``--scale`` times the test
 suite's counts. Every round builds each pipeline anew (a cache must not survive into the next
@@ -11,13 +11,15 @@ round): the original, the expert fix, and optimize's result on a fresh original 
 ``--seconds``). It times whole epochs of each, every one from a new iterator drained in-graph
 to its end (measure.whole_passes), the three taking turns epoch by epoch in an order that
 rotates with the round: epoch 1 apart (it fills a cache where one is written or added), then
-``--epochs`` later epochs. Each ratio is the median over the rounds of that round's ratio;
-the table prints as markdown.
+later epochs, in 4 turns, until each has run ``--measure`` seconds of them (elements over
+seconds). Each ratio is the median over the rounds of that round's ratio; the table prints as
+markdown.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -33,6 +35,7 @@ import tfopt  # noqa: E402
 from tfopt.analysis import measure  # noqa: E402
 
 NAMES = ("original", "expert", "optimize")
+SLICES = 4  # turns the three take at the later epochs of a round
 
 
 def epoch_seconds(dataset) -> tuple[int, float]:
@@ -41,7 +44,7 @@ def epoch_seconds(dataset) -> tuple[int, float]:
     return measured.elements, measured.seconds
 
 
-def one_round(pipeline, data, round_: int, seconds: float, epochs: int) -> dict:
+def one_round(pipeline, data, round_: int, seconds: float, measure_s: float) -> dict:
     """Epoch 1 and later-epoch rates (elements/s) of each of the three, and optimize's report."""
     given = pipeline.original(data)
     started = time.perf_counter()
@@ -55,18 +58,21 @@ def one_round(pipeline, data, round_: int, seconds: float, epochs: int) -> dict:
     for name in order:
         count, took = epoch_seconds(datasets[name])
         first[name] = count / took
-    for _ in range(epochs):
+    # in SLICES turns, each runs later epochs until it has spent its share of the time so far:
+    # a cached pipeline's 10-ms epochs run many times, an uncached one's 1-s epochs a few
+    for turn in range(1, SLICES + 1):
         for name in order:
-            count, took = epoch_seconds(datasets[name])
-            later[name][0] += count
-            later[name][1] += took
+            while later[name][1] < measure_s * turn / SLICES or later[name][0] == 0:
+                count, took = epoch_seconds(datasets[name])
+                later[name][0] += count
+                later[name][1] += took
         order.reverse()
     return {"first": first, "later": {n: c / s for n, (c, s) in later.items()},
             "result": result, "unchanged": result.dataset is given, "optimize_s": spent}
 
 
-def run(pipeline, data, rounds: int, seconds: float, epochs: int) -> dict:
-    rounds_ = [one_round(pipeline, data, r, seconds, epochs) for r in range(rounds)]
+def run(pipeline, data, rounds: int, seconds: float, measure_s: float) -> dict:
+    rounds_ = [one_round(pipeline, data, r, seconds, measure_s) for r in range(rounds)]
 
     def median(phase, top, bottom):
         return statistics.median(r[phase][top] / r[phase][bottom] for r in rounds_)
@@ -121,12 +127,13 @@ def main(argv=None) -> int:
     parser.add_argument("--scale", type=int, default=4, help="times the suite's data")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=4.0, help="optimize's budget")
-    parser.add_argument("--epochs", type=int, default=4, help="later epochs timed a round")
+    parser.add_argument("--measure", type=float, default=2.0,
+                        help="seconds of later epochs each pipeline runs a round")
     parser.add_argument("--only", help="run the pipelines whose name holds one of these "
                                        "comma-separated words")
     args = parser.parse_args(argv)
-    if args.scale < 1 or args.rounds < 1 or args.epochs < 1 or args.seconds <= 0:
-        parser.error("--scale, --rounds and --epochs must be >= 1 and --seconds > 0")
+    if args.scale < 1 or args.rounds < 1 or args.seconds <= 0 or args.measure <= 0:
+        parser.error("--scale and --rounds must be >= 1, --seconds and --measure > 0")
     words = [w.strip().lower() for w in args.only.split(",")] if args.only else None
     chosen = [p for p in public_pipelines.PIPELINES
               if words is None or any(w in p.name.lower() for w in words)]
@@ -138,8 +145,11 @@ def main(argv=None) -> int:
     rows = []
     for pipeline in chosen:
         print(f"{pipeline.name} ...", file=sys.stderr, flush=True)
-        rows.append(run(pipeline, data, args.rounds, args.seconds, args.epochs))
-    print(f"{args.rounds} rounds, scale {args.scale}, optimize(seconds={args.seconds}); "
+        # Keras's *_dataset_from_directory print what they found: stdout is the table's
+        with contextlib.redirect_stdout(sys.stderr):
+            rows.append(run(pipeline, data, args.rounds, args.seconds, args.measure))
+    print(f"{args.rounds} rounds, scale {args.scale}, optimize(seconds={args.seconds}), "
+          f"{args.measure} s of later epochs each; "
           "figures: epoch 1 / later epochs, medians of the rounds' ratios")
     print(table(rows))
     return 0

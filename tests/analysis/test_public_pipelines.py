@@ -143,7 +143,7 @@ def test_optimize_reads_no_slower_than_the_original(data, optimized, index):
 def test_the_benchmark_script_prints_a_row_per_pipeline(tmp_path):
     script = Path(__file__).resolve().parents[2] / "scripts" / "bench_public_pipelines.py"
     done = subprocess.run([sys.executable, str(script), "--work", str(tmp_path), "--scale", "1",
-                           "--rounds", "1", "--epochs", "1", "--seconds", "1",
+                           "--rounds", "1", "--measure", "0.2", "--seconds", "1",
                            "--only", "scalar,pets"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
