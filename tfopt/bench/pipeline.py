@@ -84,6 +84,9 @@ class BenchSettings:
         images: The image folder (one sub-folder per class) for the ``keras-folder`` method.
             Defaults to None: the folder the manifest says the shards were converted from,
             where it still exists.
+        stages: Run the stage breakdown (:func:`stage_breakdown`, 3-60 s) after the timed
+            runs; False leaves it out (the report's stages are then empty and its analysis
+            None), for scripts that time many settings. Defaults to True.
     """
 
     source: object
@@ -98,11 +101,13 @@ class BenchSettings:
     tfopt_source: object = None
     service_workers: tuple[int, ...] = ()
     images: object = None
+    stages: bool = True
 
     def __post_init__(self):
         for name in ("batch_size", "image_size", "epochs", "repeats"):
             object.__setattr__(self, name, whole_number(getattr(self, name), name, 1))
         object.__setattr__(self, "training", flag(self.training, "training"))
+        object.__setattr__(self, "stages", flag(self.stages, "stages"))
         object.__setattr__(self, "max_batches", optional_whole_number(
             self.max_batches, "max_batches", 1, "None (whole epochs) or an int >= 1"))
         counts = tuple(self.service_workers or ())
@@ -436,15 +441,16 @@ def run_pipeline_bench(settings: BenchSettings, methods=None, progress=None) -> 
                                  peaks[run])
                for run in runs}
     service = {count: results.pop(f"service-{count}") for count in services}
-    tfopt_rate = results["tfopt"].median(0)
-    seconds = _analysis_seconds(examples / tfopt_rate if tfopt_rate else None)
-    if progress:
-        progress(f"stages: tfopt.analyze on tfopt's pipeline, about {seconds:.0f} s")
-    try:
-        stages, analysis = stage_breakdown(settings, seconds)
-    except UnsupportedDatasetError as error:  # a TensorFlow whose private APIs moved, say
-        stages, analysis = {}, None
-        notes.append(f"no stage breakdown: {error}")
+    stages, analysis = {}, None
+    if settings.stages:
+        tfopt_rate = results["tfopt"].median(0)
+        seconds = _analysis_seconds(examples / tfopt_rate if tfopt_rate else None)
+        if progress:
+            progress(f"stages: tfopt.analyze on tfopt's pipeline, about {seconds:.0f} s")
+        try:
+            stages, analysis = stage_breakdown(settings, seconds)
+        except UnsupportedDatasetError as error:  # a TensorFlow whose private APIs moved, say
+            notes.append(f"no stage breakdown: {error}")
     planned = builder()
     choices = planned.choices.describe()
     if "tfopt-device" in methods:
