@@ -133,12 +133,11 @@ class Run:
         policy = (choose_policy() if config.precision == AUTO
                   else PolicyChoice(config.precision, "given"))
         global_batch = config.batch_size * replicas
-        # under the strategy's scope: the planner reads its replicas (drop_remainder, sharding)
-        with self.strategy.scope():
-            self._train_builder = PipelineBuilder(
-                source, batch_size=global_batch, training=True, image_size=config.image_size,
-                cache=config.cache, random_crop=config.random_crop, seed=config.seed,
-                split="train")
+        # the planner reads the strategy's replicas and workers (drop_remainder, sharding)
+        self._train_builder = PipelineBuilder(
+            source, batch_size=global_batch, training=True, image_size=config.image_size,
+            cache=config.cache, random_crop=config.random_crop, seed=config.seed,
+            split="train", input_context=self.strategy)
         has_validation = (config.validation not in (None, AUTO)
                           or (config.validation == AUTO and _has_validation_split(source)))
         cluster = cluster_info()
@@ -163,11 +162,11 @@ class Run:
         if self.plan.validation:
             evaluate = source if config.validation == AUTO else config.validation
             split = VALIDATION_SPLIT if config.validation == AUTO else _split_to_evaluate(evaluate)
-            with self.strategy.scope():
-                self._eval_builder = PipelineBuilder(
-                    evaluate, batch_size=global_batch, image_size=config.image_size,
-                    image_key=self._train_builder.source.image_key,
-                    label_key=self._train_builder.source.label_key, split=split)
+            self._eval_builder = PipelineBuilder(
+                evaluate, batch_size=global_batch, image_size=config.image_size,
+                image_key=self._train_builder.source.image_key,
+                label_key=self._train_builder.source.label_key, split=split,
+                input_context=self.strategy)
         # outside the strategy's scope: its counters are plain CPU variables. Under op
         # determinism TensorFlow refuses the probe's tf.timestamp: stalls are then estimated
         # from the step times alone
