@@ -158,10 +158,25 @@ def shuffle_buffer(*, shuffle_bytes: int, element_bytes: float, epoch_records: i
 
 # -- parallelism and prefetching ------------------------------------------------------------------
 
-# tf.data.AUTOTUNE: the last stage's read-ahead, tuned at run time (analyze's `prefetch`
-# recommends the same); every map and interleave of the builder is AUTOTUNE too, and
-# analyze's `parallelize` recommends AUTOTUNE for a stage that runs one element at a time
+# tf.data.AUTOTUNE: the last stage's read-ahead, grown at run time by the prefetch's own
+# tuner, which runs with the autotuner off too (analyze's `prefetch` recommends the same)
 PREFETCH_DEPTH = -1
+
+# tf.data's autotuner stays off in the builder's pipelines, whose parallelism the plan fixes
+# (parallel_calls). With it on, TensorFlow 2.21 here (2 cores) ran a decode-bound pipeline
+# on one core, a whole pass at half the rate, in 44 of 123 runs (the guide's recipe and
+# tfopt's alike, every autotune algorithm, fixed parallelism too); with it off, 0 of 65.
+# It also holds an iterator's release for up to a pass (measure.whole_passes says more).
+AUTOTUNE_ENABLED = False
+
+
+def parallel_calls(cores: int) -> int:
+    """Elements each map of the builder works on at once: one per usable core.
+
+    With the autotuner off, ``AUTOTUNE`` would mean at most 16 (TensorFlow's default), too
+    few for a host that feeds several accelerators; analyze's `parallelize` recommends
+    ``AUTOTUNE`` only for a stage that runs one element at a time."""
+    return max(1, cores)
 
 
 def interleave_cycle(files: int, cores: int) -> int:

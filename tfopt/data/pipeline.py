@@ -275,11 +275,11 @@ class PipelineBuilder:
         if self.source.image_key is None:
             dataset = records.batch(plan.batch_size, drop_remainder=plan.drop_remainder,
                                     name="batch")
-            dataset = dataset.map(self._parse_batch, num_parallel_calls=AUTOTUNE,
+            dataset = dataset.map(self._parse_batch, num_parallel_calls=plan.parallel_calls,
                                   deterministic=plan.deterministic, name="parse")
             return self._finish(self._with_known_length(dataset))
         parsed = records.batch(plan.parse_block, name="parse_block").map(
-            self._parse_batch, num_parallel_calls=AUTOTUNE, deterministic=plan.deterministic,
+            self._parse_batch, num_parallel_calls=plan.parallel_calls, deterministic=plan.deterministic,
             name="parse",
         ).unbatch(name="unblock")
         if stage is Stage.PARSE:
@@ -367,7 +367,7 @@ class PipelineBuilder:
             return blocks.scan(tf.constant(0, tf.int64), count).unbatch()
 
         return files.interleave(read_file, cycle_length=plan.interleave_cycle,
-                                block_length=1, num_parallel_calls=AUTOTUNE,
+                                block_length=1, num_parallel_calls=plan.interleave_cycle,
                                 deterministic=plan.deterministic, name="read")
 
     def _parse_spec(self) -> dict:
@@ -424,13 +424,14 @@ class PipelineBuilder:
             # whole decoded images in the cache; each epoch draws its own crops from them
             full = parsed.map(_keep_label(lambda image: decode_full(checked(image), decode),
                                           has_label),
-                              num_parallel_calls=AUTOTUNE, deterministic=plan.deterministic,
-                              name="decode")
+                              num_parallel_calls=plan.parallel_calls,
+                              deterministic=plan.deterministic, name="decode")
             full = self._shuffle_and_repeat(self._cache(self._skip_undecodable(full)))
             crop = _with_index(
                 lambda index, image: crop_and_resize(image, decode, seed_of(index)), has_label)
             return full.enumerate(self._resume, name="seed_index").map(
-                crop, num_parallel_calls=AUTOTUNE, deterministic=plan.deterministic, name="crop")
+                crop, num_parallel_calls=plan.parallel_calls, deterministic=plan.deterministic,
+                name="crop")
         # one map decodes and crops (a random-resized crop when training)
         to_target = _with_index(
             lambda index, image: decode_to_target(checked(image), decode, seed_of(index)),
@@ -439,7 +440,7 @@ class PipelineBuilder:
         # skip of a resume): their seeds count from 0; else they follow the skipped examples
         start = 0 if plan.cache is CacheMode.FINAL else self._resume
         images = self._skip_undecodable(parsed.enumerate(start, name="seed_index").map(
-            to_target, num_parallel_calls=AUTOTUNE, deterministic=plan.deterministic,
+            to_target, num_parallel_calls=plan.parallel_calls, deterministic=plan.deterministic,
             name="decode"))
         if plan.cache is CacheMode.FINAL:
             images = self._shuffle_and_repeat(self._cache(images))
@@ -471,7 +472,7 @@ class PipelineBuilder:
     def _finish(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
         plan = self.plan
         options = tf.data.Options()
-        options.autotune.enabled = True
+        options.autotune.enabled = rules.AUTOTUNE_ENABLED
         options.autotune.ram_budget = plan.autotune_ram_budget
         options.experimental_optimization.map_parallelization = True
         options.deterministic = plan.deterministic

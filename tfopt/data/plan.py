@@ -219,7 +219,8 @@ class PipelinePlan:
         cache_fallback: Why the cache is not at the stage that saves most; None where it is.
         replicas: Replicas in sync the plan was made for.
         distribution: Where the distribution facts were read from.
-        interleave_cycle: Shards read at once.
+        interleave_cycle: Shards read at once (each by its own thread).
+        parallel_calls: Elements each map works on at once (:func:`tfopt.rules.parallel_calls`).
         count_block: Records per counting step (against the manifest's counts).
         parse_block: Records per ``parse_example`` call.
         sharding: How a multi-worker cluster splits the records.
@@ -253,6 +254,7 @@ class PipelinePlan:
     autotune_ram_budget: int
     shuffle_elements: int | None
     interleave_cycle: int
+    parallel_calls: int
     count_block: int
     parse_block: int
     sharding: Sharding
@@ -402,6 +404,7 @@ def plan(config: PipelineConfig, facts: Facts) -> PipelinePlan:
         replicas=facts.replicas,
         distribution=facts.distribution,
         interleave_cycle=rules.interleave_cycle(facts.files, facts.usable_cores),
+        parallel_calls=rules.parallel_calls(facts.usable_cores),
         count_block=records_per_block(facts.mean_record_bytes, COUNT_BLOCK),
         parse_block=records_per_block(facts.mean_record_bytes, PARSE_BATCH),
         sharding=sharding,
