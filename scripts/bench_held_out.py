@@ -13,6 +13,8 @@ alternating, --repeats runs each, every epoch one whole pass:
 
 - eval: central crops at 224 px of the foreign shards, ``--cache auto``, epoch 1 (it fills
   tfopt's cache); the bar is 1.0x the guide.
+- eval-uncached: the same with ``--cache off``: the guide's work and no more (it caches
+  nothing); the bar is 1.0x.
 - stored-small: 112-px training, tfopt on the copy stored at 160 px, the guide on the foreign
   shards, cache off; the bar is 2.5x.
 - training: random-resized crops at 224 px of the foreign shards, ``--cache auto``, 3
@@ -23,6 +25,7 @@ figures to --work/held_out.json. The same sets from the command line (the folder
 foreign dataset it is; ``--split train``: its files name no validation split)::
 
     tfopt bench pipeline garden --eval --split train --cache auto --methods guide,tfopt
+    tfopt bench pipeline garden --eval --split train --cache off --methods guide,tfopt
     tfopt bench pipeline garden --image-size 112 --cache off --tfopt-source small-160 --methods guide,tfopt
     tfopt bench pipeline garden --cache auto --epochs 3 --methods guide,tfopt
 """
@@ -61,7 +64,8 @@ class Bar:
     at_least: float
 
 
-BARS = (Bar("eval", "eval", (0,), 1.0),
+BARS = (Bar("eval, cache filling", "eval", (0,), 1.0),
+        Bar("eval, cache off", "eval-uncached", (0,), 1.0),
         Bar("stored-small", "stored-small", (0,), 2.5),
         Bar("epoch 1", "training", (0,), 1.3),
         Bar("cached (epochs 2-3)", "training", (1, 2), 3.0))
@@ -85,6 +89,8 @@ def bench_sets(data: dict[str, Path], repeats: int) -> dict[str, BenchSettings]:
     return {
         "eval": BenchSettings(garden, training=False, split="train", cache="auto",
                               repeats=repeats, stages=False),
+        "eval-uncached": BenchSettings(garden, training=False, split="train", cache=False,
+                                       repeats=repeats, stages=False),
         "stored-small": BenchSettings(garden, image_size=SMALL_IMAGE, cache=False,
                                       tfopt_source=str(data["small"]), repeats=repeats,
                                       stages=False),
@@ -98,7 +104,7 @@ def main(argv=None) -> int:
     parser.add_argument("--work", default="bench-held-out", type=Path)
     parser.add_argument("--count", type=int, default=3200, help="demo images [3200]")
     parser.add_argument("--repeats", type=int, default=3, help="alternating runs per method [3]")
-    parser.add_argument("--sets", default="eval,stored-small,training",
+    parser.add_argument("--sets", default="eval,eval-uncached,stored-small,training",
                         help="which sets, in this order [all]")
     args = parser.parse_args(argv)
     data = make_data(args.work, args.count)

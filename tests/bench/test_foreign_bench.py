@@ -105,3 +105,27 @@ def test_foreign_shards_refuse_an_existing_folder_and_a_folder_without_jpegs(ima
 def test_bench_settings_stages_is_a_flag():
     with pytest.raises(InvalidArgumentError, match="stages"):
         BenchSettings("unused", stages="no")
+
+
+def test_the_held_out_script_prints_each_bar_and_writes_its_figures(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "bench_held_out.py"
+    done = subprocess.run([sys.executable, str(script), "--work", str(tmp_path), "--count", "80",
+                           "--repeats", "1", "--sets", "eval-uncached,training"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for bar in ("eval, cache off", "epoch 1", "cached (epochs 2-3)"):
+        assert bar in done.stdout
+    assert "eval, cache filling" not in done.stdout  # its set was not asked for
+    figures = json.loads((tmp_path / "held_out.json").read_text())
+    assert {bar["bar"] for bar in figures["bars"]} == {"eval, cache off", "epoch 1",
+                                                      "cached (epochs 2-3)"}
+    assert all(bar["ratio"] > 0 for bar in figures["bars"])
+    assert not (tmp_path / "garden" / MANIFEST_NAME).exists()
+    # a set that does not exist is refused by name
+    bad = subprocess.run([sys.executable, str(script), "--work", str(tmp_path), "--count", "80",
+                          "--sets", "eval,nonsense"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "nonsense" in bad.stderr
