@@ -269,6 +269,20 @@ def test_choices_render_the_plan():
     assert one.prefetch == "autotuned, in host memory"
 
 
+def test_the_order_line_says_what_each_epoch_draws_anew():
+    # evaluation, repeated or not, keeps its order; a cache freezes the files' order, so only
+    # the shuffle after it draws anew; without a cache the files are shuffled too
+    def order(config):
+        return PipelineChoices.of(plan(config, IMAGES)).describe().splitlines()[0]
+
+    assert order(evaluation(repeat=True)).endswith("order fixed")
+    assert order(train()).endswith(
+        "order shuffled after the cache each epoch (files read in a fixed order)")
+    assert order(train(cache=False)).endswith("order files and records shuffled each epoch")
+    # the maps' parallelism is the plan's, one thread per core
+    assert PipelineChoices.of(plan(train(), IMAGES)).parallel_calls.startswith("8 (one per core")
+
+
 # 360 camera photos (issue: 2000-4000 px), 3,000x2,250 on average, the smallest 2,000 px on its
 # shorter side, 1.5 MB each, on a machine with 23 GiB available
 PHOTOS = Facts(files=6, records=360, total_bytes=360 * 1_500_000,

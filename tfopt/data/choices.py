@@ -54,6 +54,8 @@ class PipelineChoices:
         prefetch: Where read-ahead batches wait, in words.
         skip_corrupt: Whether corrupted records are skipped.
         distribution: The replicas and workers planned for, and where they were read from.
+        order: What each epoch draws anew, in words: the files' order and the records' (a
+            shuffle buffer after a cache shuffles the records only), or fixed.
         notes: What was not done as asked, and why; other cache files at the same path.
 
     Example:
@@ -81,6 +83,7 @@ class PipelineChoices:
     skip_corrupt: bool
     notes: tuple[str, ...] = ()
     distribution: str = ""
+    order: str = ""
 
     @classmethod
     def of(cls, plan: PipelinePlan, cache_location: str = "memory",
@@ -108,6 +111,7 @@ class PipelineChoices:
             skip_corrupt=plan.skip_corrupt,
             notes=(*plan.notes, *notes),
             distribution=_distribution_text(plan),
+            order=_order_text(plan),
         )
 
     def to_json(self) -> dict:
@@ -122,7 +126,7 @@ class PipelineChoices:
         mib = 1 << 20
         lines = [
             f"files        {self.files} shard(s), {self.records if self.records is not None else '?'} "
-            f"records; order {'shuffled each epoch' if self.repeat or self.shuffle_elements else 'fixed'}",
+            f"records; order {self.order or 'fixed'}",
             f"read         parallel interleave, cycle {self.interleave_cycle}, "
             f"{'deterministic' if self.deterministic else 'non-deterministic (faster)'}",
             f"parse        {self.parse}",
@@ -185,3 +189,14 @@ def _sharding_text(plan: PipelinePlan) -> str:
         return "DATA: fewer shards than workers, each worker filters records"
     return ("by file when run by several workers in TF_CONFIG (enough shards)"
             if plan.files > 1 else "DATA when run by several workers (one shard)")
+
+
+def _order_text(plan: PipelinePlan) -> str:
+    """What changes order from epoch to epoch: from the plan's decisions, not its text."""
+    if not plan.training:
+        return "fixed"
+    if plan.shuffle_files:
+        return "files and records shuffled each epoch"
+    if plan.cache is not CacheMode.NONE:
+        return "shuffled after the cache each epoch (files read in a fixed order)"
+    return "records shuffled each epoch"
