@@ -19,6 +19,8 @@ alternating, --repeats runs each, every epoch one whole pass:
   shards, cache off; the bar is 2.5x.
 - training: random-resized crops at 224 px of the foreign shards, ``--cache auto``, 3
   epochs: epoch 1 (tfopt fills its cache; bar 1.3x) and epochs 2-3 (cached; bar 3x).
+- training-uncached: the same with ``--cache off``, epoch 1: tfopt then decodes only each
+  crop's window (``decode_and_crop_jpeg``), which a cache of whole decoded images cannot.
 
 It prints each set's medians and the ratios against the bars, and writes them with every run's
 figures to --work/held_out.json. The same sets from the command line (the folder is read as the
@@ -28,6 +30,7 @@ foreign dataset it is; ``--split train``: its files name no validation split)::
     tfopt bench pipeline garden --eval --split train --cache off --methods guide,tfopt
     tfopt bench pipeline garden --image-size 112 --cache off --tfopt-source small-160 --methods guide,tfopt
     tfopt bench pipeline garden --cache auto --epochs 3 --methods guide,tfopt
+    tfopt bench pipeline garden --cache off --methods guide,tfopt
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ BARS = (Bar("eval, cache filling", "eval", (0,), 1.0),
         Bar("eval, cache off", "eval-uncached", (0,), 1.0),
         Bar("stored-small", "stored-small", (0,), 2.5),
         Bar("epoch 1", "training", (0,), 1.3),
+        Bar("epoch 1, cache off", "training-uncached", (0,), 1.3),
         Bar("cached (epochs 2-3)", "training", (1, 2), 3.0))
 
 
@@ -96,6 +100,7 @@ def bench_sets(data: dict[str, Path], repeats: int) -> dict[str, BenchSettings]:
                                       stages=False),
         "training": BenchSettings(garden, cache="auto", epochs=3, repeats=repeats,
                                   stages=False),
+        "training-uncached": BenchSettings(garden, cache=False, repeats=repeats, stages=False),
     }
 
 
@@ -104,7 +109,8 @@ def main(argv=None) -> int:
     parser.add_argument("--work", default="bench-held-out", type=Path)
     parser.add_argument("--count", type=int, default=3200, help="demo images [3200]")
     parser.add_argument("--repeats", type=int, default=3, help="alternating runs per method [3]")
-    parser.add_argument("--sets", default="eval,eval-uncached,stored-small,training",
+    parser.add_argument("--sets", default="eval,eval-uncached,stored-small,training,"
+                                          "training-uncached",
                         help="which sets, in this order [all]")
     args = parser.parse_args(argv)
     data = make_data(args.work, args.count)
