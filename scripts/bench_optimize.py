@@ -47,6 +47,7 @@ import numpy as np  # noqa: E402
 
 import tfopt  # noqa: E402
 from tfopt.analysis import measure  # noqa: E402
+from tfopt.bench.demo import write_foreign_shards  # noqa: E402
 
 AUTOTUNE = tf.data.AUTOTUNE
 SIZE = 224
@@ -80,7 +81,7 @@ def make_data(work: Path) -> dict[str, object]:
         tfopt.make_demo_data(photos, count=120, classes=6, kind="photos")
     garden = work / "garden"
     if not garden.exists():
-        write_garden_shards(images, garden)
+        write_foreign_shards(images, garden, side=320, shards=8)  # seed 0: the same bytes
     shards = work / "shards"
     if not shards.exists():
         tfopt.convert(str(images), str(shards), val_fraction=0.0)
@@ -89,40 +90,6 @@ def make_data(work: Path) -> dict[str, object]:
             "shards": sorted(glob.glob(str(shards / "train-*.tfrecord"))),
             "text": text_corpus(), "image_count": len(list(images.glob("*/*.jpg"))),
             "photo_count": len(list(photos.glob("*/*.jpg")))}
-
-
-def write_garden_shards(images: Path, dst: Path, shards: int = 8) -> None:
-    """The demo images at 320 px, written with tf.io.TFRecordWriter under Model Garden's keys
-    (image/encoded, image/class/label, image/height, image/width), no manifest."""
-    partial = dst.with_name(dst.name + ".partial")
-    partial.mkdir(parents=True, exist_ok=True)
-    classes = sorted(p.name for p in images.iterdir() if p.is_dir())
-    items = [(path, label) for label, name in enumerate(classes)
-             for path in sorted((images / name).glob("*.jpg"))]
-    random.Random(0).shuffle(items)
-    for shard in range(shards):
-        with tf.io.TFRecordWriter(str(partial / f"train-{shard:05d}-of-{shards:05d}")) as writer:
-            for path, label in items[shard::shards]:
-                image = tf.io.decode_jpeg(tf.io.read_file(str(path)), channels=3)
-                height, width = int(image.shape[0]), int(image.shape[1])
-                scale = 320 / max(height, width)
-                size = (round(height * scale), round(width * scale))
-                image = tf.cast(tf.round(tf.image.resize(image, size)), tf.uint8)
-                feature = {
-                    "image/encoded": _bytes(tf.io.encode_jpeg(image, quality=90).numpy()),
-                    "image/class/label": _int(label),
-                    "image/height": _int(size[0]), "image/width": _int(size[1])}
-                writer.write(tf.train.Example(features=tf.train.Features(
-                    feature=feature)).SerializeToString())
-    partial.rename(dst)
-
-
-def _bytes(value):
-    return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
-
-
-def _int(value):
-    return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
 
 
 def text_corpus(lines: int = 20000):

@@ -113,7 +113,7 @@ def analyse(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
         measured, model_proto, first, repeated = _measure(
             prefix, 2 * share if last else share, stage, tf, measure, tfapi, model=last,
             shuffled=any(s.buffer_size for s in found[:index + 1]),
-            cached=any("Cache" in s.op for s in found[:index + 1]))
+            cached=_holds_cache(found[:index + 1]))
         if last:
             proto = model_proto
         logger.info("analyze: %s up to %s: %.1f elements/s", stage.op, stage.name or stage.node,
@@ -130,7 +130,7 @@ def analyse(dataset, *, seconds: float = 10.0, ram_budget: int | None = None,
         prefix = tfapi.rebuild(whole_def, spec).with_options(options)
         unordered = _measure(prefix, 2 * share, found[-1], tf, measure, tfapi,
                              shuffled=any(s.buffer_size for s in found),
-                             cached=any("Cache" in s.op for s in found))[0].rate
+                             cached=_holds_cache(found))[0].rate
     reading = model.read_model(proto, found, repeated) if proto is not None else None
     cores = (cores or (reading.cpu_budget if reading and reading.cpu_budget else None)
              or usable_cores())
@@ -296,6 +296,10 @@ def _elements_per_output(found, by_stage, fused, passes=None) -> list[float]:
     return ratios
 
 
+def _holds_cache(stages) -> bool:
+    return any(stage.op in advice.CACHE_OPS for stage in stages)
+
+
 def _prefix_costs(found, rates, ratios) -> list[float | None]:
     """Seconds per output element of each measured prefix, none above a longer one's.
 
@@ -305,8 +309,6 @@ def _prefix_costs(found, rates, ratios) -> list[float | None]:
     the source the bottleneck). A cache is the exception, its later passes really are cheaper
     than the stages under it, so no cost above a cache caps one below it.
     """
-    from tfopt.analysis.model import op_kind
-
     costs: list[float | None] = [ratios[i] / rate if rate > 0 else None
                                  for i, rate in enumerate(rates)]
     cap = math.inf
@@ -314,7 +316,7 @@ def _prefix_costs(found, rates, ratios) -> list[float | None]:
         if costs[i] is not None:
             costs[i] = min(costs[i], cap)
             cap = costs[i]
-        if op_kind(found[i].op) in ("cache", "memorycache"):
+        if found[i].op in advice.CACHE_OPS:
             cap = math.inf
     return costs
 
