@@ -4,6 +4,9 @@ helper, read by the pipeline as a foreign folder, and benchmarked from the folde
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -108,10 +111,6 @@ def test_bench_settings_stages_is_a_flag():
 
 
 def test_the_held_out_script_prints_each_bar_and_writes_its_figures(tmp_path):
-    import subprocess
-    import sys
-    from pathlib import Path
-
     script = Path(__file__).resolve().parents[2] / "scripts" / "bench_held_out.py"
     done = subprocess.run([sys.executable, str(script), "--work", str(tmp_path), "--count", "80",
                            "--repeats", "1", "--sets", "eval-uncached,training"],

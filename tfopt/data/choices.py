@@ -93,8 +93,8 @@ class PipelineChoices:
             files=plan.files,
             records=plan.records,
             interleave_cycle=plan.interleave_cycle,
-            parallel_calls=(f"{plan.parallel_calls} (one per core; tf.data's autotuner off: "
-                            "with it on, a pipeline here ran on one core in a third of runs)"),
+            parallel_calls=(f"{plan.parallel_calls} (one per core; tf.data's autotuner off, "
+                            "as docs/data.md explains)"),
             parse=f"parse_example once per {plan.parse_block} records (vectorised)",
             decode=plan.decode,
             cache=plan.cache,
