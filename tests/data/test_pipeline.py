@@ -433,8 +433,10 @@ def test_an_input_context_plans_the_same_inside_and_outside_a_strategy_scope(
         from tfopt.data.plan import DistributionSource
         strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
         def make(**kwargs):
+            # a fixed RAM budget: the default follows MemAvailable, read at each construction,
+            # which other processes move between two of them (a plan differed by it under CI)
             return PipelineBuilder({str(indexed_png_dataset)!r}, batch_size=8, training=True,
-                                   image_size=16, seed=0, **kwargs)
+                                   image_size=16, seed=0, ram_budget=1 << 30, **kwargs)
         context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1,
                                              num_replicas_in_sync=4)
         outside, outside_ctx, outside_none = make(input_context=strategy), make(
