@@ -62,6 +62,12 @@ def test_the_builders_buffer_meets_the_rule_analyze_judges_by():
                                 batch_size=64).records == 900
 
 
+def test_a_cache_serves_only_a_reader_of_more_than_one_pass():
+    assert not rules.cache_serves(3200, 3200) and not rules.cache_serves(100, 3200)
+    assert rules.cache_serves(3201, 3200)
+    assert rules.cache_serves(None, 3200) and rules.cache_serves(100, None)  # unknown: kept
+
+
 def test_interleave_cycle():
     assert rules.interleave_cycle(files=100, cores=8) == 8
     assert rules.interleave_cycle(files=100, cores=1) == 2

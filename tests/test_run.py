@@ -131,6 +131,64 @@ def test_a_run_fits_with_its_choices_described_and_its_files_in_the_workdir(shar
     assert len((tmp_path / "run" / "history.csv").read_text().splitlines()) == 3
 
 
+def _cache_ops(dataset) -> list[str]:
+    from tfopt.analysis.advice import CACHE_OPS
+    from tfopt.analysis.tfapi import serialize
+
+    return [node.op for node in serialize(dataset).node if node.op in CACHE_OPS]
+
+
+def test_a_fit_of_one_pass_reads_without_the_cache_and_a_longer_one_with_it(
+        shards, monkeypatch, caplog):
+    """A cache serves only the passes after the one that fills it: one epoch (and its one
+    validation pass) get nothing from it, so they read without; two epochs keep it."""
+    import keras
+
+    from tfopt.run import Run
+
+    read = []
+    fit = keras.Model.fit
+
+    def recording_fit(model, x=None, *args, validation_data=None, **kwargs):
+        read.append((x, validation_data))
+        return fit(model, x, *args, validation_data=validation_data, **kwargs)
+
+    monkeypatch.setattr(keras.Model, "fit", recording_fit)
+    run = Run(shards, image_size=32, batch_size=16, seed=0, steps_per_execution=1)
+    assert run.train_pipeline.plan.cache.value == "decoded"
+    assert "a fit that reads one pass or less" in run.describe()
+    model = _model(run, keras)
+    run.compile(model, "adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with caplog.at_level("INFO", logger="tfopt"):
+        run.fit(model, epochs=1, verbose=0)
+    train, validation = read[-1]
+    assert _cache_ops(train) == [] and _cache_ops(validation) == []
+    assert "train pipeline runs without its decoded cache" in caplog.text
+    assert run.train_pipeline.plan.cache.value == "decoded"  # the plan itself is unchanged
+    run.fit(model, epochs=2, verbose=0)
+    train, validation = read[-1]
+    assert len(_cache_ops(train)) == 1 and len(_cache_ops(validation)) == 1
+
+
+def test_a_cache_asked_for_is_kept_in_a_fit_of_one_pass(shards, monkeypatch):
+    """cache=True is the training pipeline's: kept for one epoch; the validation pipeline's
+    own cache (planned "auto") still goes."""
+    import keras
+
+    from tfopt.run import Run
+
+    read = []
+    fit = keras.Model.fit
+    monkeypatch.setattr(keras.Model, "fit", lambda model, x=None, *a, **k: (
+        read.append((x, k.get("validation_data"))), fit(model, x, *a, **k))[1])
+    run = Run(shards, image_size=32, batch_size=16, seed=0, steps_per_execution=1, cache=True)
+    model = _model(run, keras)
+    run.compile(model, "adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    run.fit(model, epochs=1, verbose=0)
+    train, validation = read[-1]
+    assert len(_cache_ops(train)) == 1 and _cache_ops(validation) == []
+
+
 def test_without_a_validation_split_it_trains_on_the_loss_and_says_so(tmp_path):
     import keras
 
@@ -144,6 +202,36 @@ def test_without_a_validation_split_it_trains_on_the_loss_and_says_so(tmp_path):
     run.compile(model, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     run.fit(model, epochs=1, verbose=0)
     assert json.loads((tmp_path / "run" / "best.json").read_text())["monitor"] == "loss"
+
+
+def test_a_folder_another_tool_wrote_trains_and_finds_its_validation_files(tmp_path):
+    """No manifest: the splits are the file names' (train-/validation-), as the pipelines
+    read them; a folder of train files alone has no validation split (not an error)."""
+    import keras
+
+    import tfopt
+    from tfopt.bench.demo import write_foreign_shards
+    from tfopt.run import Run
+
+    images = tmp_path / "images"
+    tfopt.make_demo_data(images, count=40, classes=2, min_size=32, max_size=48, seed=3)
+    train_only = tmp_path / "garden"
+    write_foreign_shards(images, train_only, side=48, shards=2)
+    run = Run(train_only, image_size=32, batch_size=16)
+    assert run.validation is None and "no validation split" in run.describe()
+    both = tmp_path / "both"
+    both.mkdir()
+    for path in train_only.iterdir():
+        (both / path.name).write_bytes(path.read_bytes())
+    write_foreign_shards(images, tmp_path / "val", side=48, shards=1, split="validation")
+    for path in (tmp_path / "val").iterdir():
+        (both / path.name).write_bytes(path.read_bytes())
+    run = Run(both, image_size=32, batch_size=16)
+    assert run.validation is not None
+    model = _model(run, keras)
+    run.compile(model, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = run.fit(model, epochs=1, steps_per_epoch=2, verbose=0)
+    assert len(history.history["val_loss"]) == 1
 
 
 def test_steps_per_execution_is_given_to_the_run_not_to_compile(shards):

@@ -37,3 +37,14 @@ def test_bench_decode_names_a_folder_without_jpegs(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1] == f"{tmp_path}: no .jpg or .jpeg files found"
+
+
+def test_bench_one_epoch_times_the_three_fits_and_prints_their_ratios(tmp_path):
+    done = subprocess.run([sys.executable, str(SCRIPTS / "bench_one_epoch.py"), "--work",
+                           str(tmp_path), "--count", "40", "--rounds", "1"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name in ("Run (cache auto)", "Run (cache=True)", "guide + model.fit"):
+        assert re.search(rf"^  {re.escape(name)} +[\d.]+ s +[\d.]+x the guide", done.stdout,
+                         re.MULTILINE), done.stdout
+    assert re.search(r"^cache auto / cache=True: [\d.]+x", done.stdout, re.MULTILINE)

@@ -84,6 +84,16 @@ def choose_cache(best: CacheMode, best_bytes: int | None, encoded_bytes: int,
     return CacheChoice(CacheMode.NONE, best_bytes, CacheFallback.NOTHING_FITS)
 
 
+def cache_serves(examples_read: int | None, pass_examples: int | None) -> bool:
+    """Whether a cache serves a reader that takes ``examples_read`` examples of a repeating
+    pipeline through one iterator. It fills during the first pass and serves only the passes
+    after it, so for a reader of one pass or less it is pure cost: the filling pass decodes
+    every image whole and pays for new memory. True where either count is unknown."""
+    if examples_read is None or pass_examples is None:
+        return True
+    return examples_read > pass_examples
+
+
 def shuffle_files_before(cache: CacheMode) -> bool:
     """Whether the shard files are shuffled each epoch: only where nothing is cached. A cache
     would freeze the first epoch's file order (every later epoch replays it), and the records

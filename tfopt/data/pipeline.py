@@ -171,6 +171,7 @@ class PipelineBuilder:
                  input_context=None, **fields):
         config = make_config(config, fields, "PipelineBuilder")
         self.config = config
+        self._given = (source, input_context)  # what replanned() builds from again
         # how errors name the source for 'tfopt verify': the path or glob as given
         self._where = (os.fspath(source) if isinstance(source, (str, os.PathLike))
                        else "on its files")
@@ -200,6 +201,16 @@ class PipelineBuilder:
             logger.warning("%s", damaged)
             notes = (damaged, *notes)
         self.choices = PipelineChoices.of(self.plan, self._cache_location, tuple(notes))
+
+    def replanned(self, **fields) -> PipelineBuilder:
+        """A new builder for the same source and input context with some config fields
+        changed (``cache=False``, say), planned afresh; this one is left as it is.
+
+        Raises:
+            tfopt.errors.InvalidArgumentError: An unknown field or a value out of range.
+        """
+        source, input_context = self._given
+        return PipelineBuilder(source, self.config, input_context=input_context, **fields)
 
     @property
     def corrupt_records(self) -> int:

@@ -19,13 +19,15 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
+import tfopt.rules as rules
 from tfopt.data.augment.layer import Augment
 from tfopt.data.pipeline import PipelineBuilder
+from tfopt.data.plan import pass_records
 from tfopt.distribute.cluster import cluster_info
 from tfopt.distribute.strategy import StrategyPlan, plan_strategy, select_strategy
 from tfopt.errors import InvalidArgumentError
+from tfopt.records.format.layout import resolve_dataset
 from tfopt.records.format.tfrecord import tf_compression_type
-from tfopt.records.manifest import read_manifest
 from tfopt.run.config import AUTO, BatchNorm, RunConfig
 from tfopt.run.plan import RunFacts, RunPlan, SpeSource, plan_run
 from tfopt.run.workdir import (
@@ -53,16 +55,23 @@ logger = logging.getLogger("tfopt")
 __all__ = ["Run"]
 
 VALIDATION_SPLIT = "validation"
+CACHE_ONE_PASS = ("as each pipeline plans it (below), except in a fit that reads one pass or "
+                  "less: a cache serves only the passes after the one that fills it")
 
 
 def _has_validation_split(source) -> bool:
-    """The source is a tfopt dataset folder whose manifest has a non-empty validation split
-    (a glob or a file list has no splits: its files are all one split)."""
+    """The source is a dataset folder with a non-empty validation split: a tfopt manifest's,
+    or files named so in a folder without one (``validation-00000-of-00004``: the same
+    resolution the pipelines use). A glob or a file list has no splits: its files are all one
+    split."""
     path = Path(str(source)) if isinstance(source, (str, Path)) else None
     if path is None or not path.is_dir():
         return False
-    split = read_manifest(path).splits.get(VALIDATION_SPLIT)
-    return split is not None and split.num_records > 0
+    dataset = resolve_dataset(path)
+    if dataset.manifest is not None:
+        split = dataset.manifest.splits.get(VALIDATION_SPLIT)
+        return split is not None and split.num_records > 0
+    return bool(dataset.splits.get(VALIDATION_SPLIT))
 
 
 def _split_to_evaluate(source) -> str | None:
@@ -171,7 +180,11 @@ class Run:
         # determinism TensorFlow refuses the probe's tf.timestamp: stalls are then estimated
         # from the step times alone
         self._probe = None if _op_determinism() else InputProbe()
-        self._train_cache: dict[tuple[int, int], tf.data.Dataset] = {}
+        self._train_cache: dict[tuple[int, int, bool], tf.data.Dataset] = {}
+        # the pipelines without their cache, for fits that read one pass or less
+        self._uncached: dict[str, PipelineBuilder] = {}
+        self._train_in_use = self._train_builder  # the one the last fit read (its advice)
+        self._uncached_validation: tf.data.Dataset | None = None
         self._compiled_spe: int | None = None  # what compile() set
         self._validation = None
         self._classes: int | None = None
@@ -270,6 +283,7 @@ class Run:
             f"accumulation {plan.accumulation_reason}",
             f"steps/call   {spe}: {plan.spe_reason}",
             f"validation   {plan.validation_reason}",
+            *([f"cache        {CACHE_ONE_PASS}"] if self._cache_may_go() else []),
             f"workdir      {workdir}",
             f"backups      {backups}",
             f"resume       {resume}",
@@ -277,6 +291,12 @@ class Run:
             *("  " + line for line in self._train_builder.choices.describe().splitlines()),
         ]
         return "\n".join(lines)
+
+    def _cache_may_go(self) -> bool:
+        """Whether a fit of one pass or less would leave out a pipeline's cache."""
+        builders = [self._train_builder, *([self._eval_builder] if self._eval_builder else [])]
+        return any(b.config.cache == AUTO and b.plan.cache is not rules.CacheMode.NONE
+                   for b in builders)
 
     # -- building and training -------------------------------------------------------------
 
@@ -347,7 +367,7 @@ class Run:
         with a workdir the backups, the best model and ``history.csv`` (the chief's)."""
         if self._probe is not None:
             callbacks = training_callbacks(self.plan.global_batch, self._probe,
-                                           gpu=self._gpus > 0, pipeline=self._train_builder)
+                                           gpu=self._gpus > 0, pipeline=self._train_in_use)
         else:  # op determinism: no probe, so no input-stall figures to give
             callbacks = [ThroughputCallback(self.plan.global_batch),
                          *([GpuStatsCallback()] if self._gpus else [])]
@@ -393,10 +413,27 @@ class Run:
             steps = steps // spe * spe
         # the pipeline shuffles; Keras's shuffle=True only warns that it ignores a dataset
         fit_options.setdefault("shuffle", False)
+        # a cache serves only the passes after the one that fills it: a fit of one pass or
+        # less reads each pipeline without it (cache="auto" only)
+        remaining = max(0, int(epochs) - self.plan.resume_epoch)
+        batches = -(-steps // spe) * spe
+        train = self._cache_if_read("train", self._train_builder,
+                                    remaining * batches * self.plan.global_batch)
+        validation = None
+        if self._eval_builder is not None:
+            records = pass_records(self._eval_builder.plan)
+            evaluate = self._cache_if_read("validation", self._eval_builder,
+                                           remaining * records if records else None)
+            if evaluate is self._eval_builder:
+                validation = self.validation
+            else:
+                if self._uncached_validation is None:
+                    self._uncached_validation = evaluate.build()
+                validation = self._uncached_validation
         with self._entered():
-            dataset = self._train_dataset(steps, spe)
+            dataset = self._train_dataset(steps, spe, train)
             return model.fit(dataset, epochs=epochs, steps_per_epoch=steps,
-                             validation_data=self.validation,
+                             validation_data=validation,
                              callbacks=[*self.callbacks(), *callbacks], verbose=verbose,
                              **fit_options)
 
@@ -410,25 +447,46 @@ class Run:
                 "counts): pass steps_per_epoch= to fit")
         return steps
 
-    def _train_dataset(self, steps: int, spe: int) -> tf.data.Dataset:
+    def _cache_if_read(self, name: str, builder: PipelineBuilder,
+                       examples: int | None) -> PipelineBuilder:
+        """``builder``, or the same pipeline without its cache where a reader of ``examples``
+        examples in all would never read from it (:func:`tfopt.rules.cache_serves`). Only
+        under ``cache="auto"``: a cache asked for is kept."""
+        plan = builder.plan
+        if (builder.config.cache != AUTO or plan.cache is rules.CacheMode.NONE
+                or rules.cache_serves(examples, pass_records(plan))):
+            return builder
+        if name not in self._uncached:
+            logger.info("the %s pipeline runs without its %s cache in this fit: it reads %s "
+                        "examples, one pass or less, and a cache serves only the passes after "
+                        "the one that fills it", name, plan.cache.value, f"{examples:,}")
+            self._uncached[name] = builder.replanned(cache=False)
+        return self._uncached[name]
+
+    def _train_dataset(self, steps: int, spe: int,
+                       builder: PipelineBuilder | None = None) -> tf.data.Dataset:
         """The training stream for epochs of ``steps`` batches run ``spe`` per call, started
-        after the epochs the restored backup holds.
+        after the epochs the restored backup holds, from ``builder`` (the training pipeline's
+        by default).
 
         Keras 3 runs an epoch as whole calls of ``spe`` steps, so it takes ``spe`` x
         ceil(``steps`` / ``spe``) batches, and each worker takes its share of every global
         batch (the strategy splits each over the workers).
         """
-        if (steps, spe) not in self._train_cache:
+        builder = builder or self._train_builder
+        self._train_in_use = builder
+        key = (steps, spe, builder is self._train_builder)
+        if key not in self._train_cache:
             batches = -(-steps // spe) * spe
             taken = self.plan.resume_epoch * batches * self.plan.global_batch // self.plan.workers
             if taken:
                 logger.info("the training stream resumes after %d epoch(s) of %d steps: %d "
                             "examples skipped where the pipeline shuffles", self.plan.resume_epoch,
                             steps, taken)
-            dataset = self._train_builder.build(resume_examples=taken)
-            self._train_cache[steps, spe] = (dataset if self._probe is None
-                                             else self._probe.instrument(dataset))
-        return self._train_cache[steps, spe]
+            dataset = builder.build(resume_examples=taken)
+            self._train_cache[key] = (dataset if self._probe is None
+                                      else self._probe.instrument(dataset))
+        return self._train_cache[key]
 
     def _spe(self) -> int:
         """steps_per_execution as compiled, else as planned (1 while a trial is pending)."""
