@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 
@@ -226,12 +227,19 @@ def test_a_folder_another_tool_wrote_trains_and_finds_its_validation_files(tmp_p
     write_foreign_shards(images, tmp_path / "val", side=48, shards=1, split="validation")
     for path in (tmp_path / "val").iterdir():
         (both / path.name).write_bytes(path.read_bytes())
-    run = Run(both, image_size=32, batch_size=16)
+    run = Run(both, image_size=32, batch_size=16, steps_per_execution=2)
     assert run.validation is not None
+    # the header walk counted the records: the epoch's length is known, and so is the
+    # validation pass's (Keras warned "Your input ran out of data" at the end of a pass of
+    # unknown length run 2 steps per call)
+    assert run.steps_per_epoch == 3
     model = _model(run, keras)
     run.compile(model, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    history = run.fit(model, epochs=1, steps_per_epoch=2, verbose=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        history = run.fit(model, epochs=1, verbose=0)
     assert len(history.history["val_loss"]) == 1
+    assert not [w for w in caught if "ran out of data" in str(w.message)]
 
 
 def test_steps_per_execution_is_given_to_the_run_not_to_compile(shards):

@@ -150,16 +150,37 @@ def model_garden_shards(folder, tf, files=4, per_file=25, side=64, compression="
     return str(folder / "train-*")
 
 
-def test_foreign_shards_get_the_decoded_cache_from_an_estimated_record_count(tmp_path, tf):
+def test_foreign_shards_are_counted_by_the_header_walk_and_get_the_decoded_cache(tmp_path, tf):
+    # no manifest, plain shards: the walk that checks every header before TensorFlow reads a
+    # shard counts the records too, so the epoch's length is exact, not estimated
     pattern = model_garden_shards(tmp_path / "garden", tf)
     builder = PipelineBuilder(pattern, batch_size=10, image_size=32, training=True)
-    assert builder.facts.records is None  # no manifest: no exact count
-    assert abs(builder.facts.estimated_records - 100) <= 5
+    assert builder.facts.records == 100 and builder.facts.estimated_records is None
+    assert builder.source.counts_walked and sum(builder.source.expected_counts.values()) == 100
     assert builder.plan.cache is CacheMode.DECODED  # the plan tfopt's own shards get
-    assert any("estimated from the file sizes" in note for note in builder.choices.notes)
-    assert builder.steps_per_epoch is None  # the estimate never sizes an epoch
+    assert not any("estimated" in note for note in builder.choices.notes)
+    assert builder.steps_per_epoch == 10
+    assert "4 shard(s), 100 records" in builder.choices.describe()
     labels = [int(label) for _, batch in builder.build().take(20) for label in batch.numpy()]
     assert sorted(labels[:100]) == sorted(row % 5 for row in range(100))  # one epoch, cached
+    evaluation = PipelineBuilder(pattern, batch_size=30, image_size=32)
+    assert evaluation.plan.known_length  # Keras is told the pass's 4 steps
+    assert int(evaluation.build().cardinality()) == 4
+
+
+def test_a_foreign_shard_damaged_inside_a_record_stops_the_read(tmp_path, tf):
+    # the header walk reads no data: a record whose data fails its CRC is TensorFlow's
+    # reader's to find (its DataLossError); the walk's count does not hide it
+    pattern = model_garden_shards(tmp_path / "garden", tf)
+    shard = sorted((tmp_path / "garden").iterdir())[1]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    builder = PipelineBuilder(pattern, batch_size=10, image_size=32)
+    assert builder.steps_per_epoch == 10
+    with pytest.raises(tf.errors.DataLossError, match="corrupted record"):
+        for _ in builder.build():
+            pass
 
 
 def test_gzip_foreign_shards_are_estimated_from_their_measured_expansion(tmp_path, tf):

@@ -82,6 +82,7 @@ class PipelineChoices:
     prefetch: str
     skip_corrupt: bool
     notes: tuple[str, ...] = ()
+    shards_counted: bool = True
     distribution: str = ""
     order: str = ""
 
@@ -109,6 +110,7 @@ class PipelineChoices:
             auto_shard=_sharding_text(plan),
             prefetch=_PREFETCH_TEXT[plan.prefetch],
             skip_corrupt=plan.skip_corrupt,
+            shards_counted=plan.shards_counted,
             notes=(*plan.notes, *notes),
             distribution=_distribution_text(plan),
             order=_order_text(plan),
@@ -155,9 +157,10 @@ class PipelineChoices:
         lines.append(f"sharding     {self.auto_shard}")
         lines.append(f"distribution {self.distribution}")
         lines.append(f"prefetch     {self.prefetch}")
-        if self.records is None:  # no manifest: no counts to check the shards against
+        if not self.shards_counted:  # no manifest: no counts checked as the shards are read
             corrupt = ("skipped (not counted: no manifest)" if self.skip_corrupt
-                       else "TensorFlow's DataLossError (no manifest to name the shard)")
+                       else "TensorFlow's DataLossError (no manifest to name the shard; "
+                            "'tfopt verify' names it)")
         else:
             corrupt = "skipped and counted" if self.skip_corrupt else "error naming the shard"
         if self.skip_corrupt and self.decode is not None:

@@ -45,7 +45,12 @@ from tfopt.data.plan import (
     stall_advice,
 )
 from tfopt.data.shard_check import read_limits
-from tfopt.data.source import ParsedFeature, PipelineSource, resolve_source
+from tfopt.data.source import (
+    ParsedFeature,
+    PipelineSource,
+    resolve_source,
+    with_walked_counts,
+)
 from tfopt.distribute.cluster import cluster_info
 from tfopt.errors import InvalidArgumentError
 from tfopt.records.format.tfrecord import tf_compression_type
@@ -130,6 +135,7 @@ def read_facts(source: PipelineSource, input_context=None) -> Facts:
             source.num_bytes, source.sampled_record_bytes,
             source.gzip_expansion if source.compression else 1.0)),
         gzip_expansion=source.gzip_expansion,
+        shards_counted=source.expected_counts is not None and not source.counts_walked,
     )
 
 
@@ -182,7 +188,11 @@ class PipelineBuilder:
             raise _no_images_error(source, self.source, config.image_size)
         # records to read per shard: headers checked against the file sizes before TensorFlow
         # reads a shard (its reader allocates a damaged length: a segmentation fault)
-        self._read_limits = read_limits(self.source, skip_corrupt=config.skip_corrupt)
+        walk = read_limits(self.source, skip_corrupt=config.skip_corrupt)
+        self._read_limits = walk.limits
+        if self.source.expected_counts is None and walk.counts is not None:
+            # shards another tool wrote: the walk has just counted every record
+            self.source = with_walked_counts(self.source, walk.counts)
         # shard index -> records it lost to corruption under skip_corrupt, from its latest
         # read: set, not added to, so that repeated epochs and read-ahead do not count them
         # again. A Python dict, not a tf.Variable: built under a distribution strategy's scope
@@ -334,7 +344,11 @@ class PipelineBuilder:
             files = files.shuffle(len(source.files), seed=self._seed,
                                   reshuffle_each_iteration=True, name="shuffle_files")
         compression = tf_compression_type(source.compression)
-        counted = source.expected_counts is not None
+        # a manifest's counts are checked as each shard is read, naming a damaged one; the
+        # header walk's (shards without a manifest) only size the epoch: counting took a
+        # quarter more CPU in the read (240 against 186 ms a pass of 3,200 320-px records
+        # here), and TensorFlow's reader still stops at a damaged record
+        counted = plan.shards_counted and source.expected_counts is not None
         note_lost, skip = self._note_lost, plan.skip_corrupt
         count_block = plan.count_block
 

@@ -153,6 +153,10 @@ class Facts:
             of the first file; None for plain files or where unknown. Defaults to None.
         distribution: Where ``replicas``, ``strategy``, ``workers`` and ``worker_index`` were
             read from. Defaults to ``DistributionSource.ACTIVE``.
+        shards_counted: Each shard's records are counted as it is read, against a manifest's
+            count, so a damaged shard is named. False without a manifest: ``records`` is then
+            the header walk's count (or None), and TensorFlow's reader checks the records.
+            Defaults to True.
     """
 
     files: int
@@ -175,6 +179,7 @@ class Facts:
     estimated_records: int | None = None
     gzip_expansion: float | None = None
     distribution: DistributionSource = DistributionSource.ACTIVE
+    shards_counted: bool = True
 
 
 # Bytes of TFRecord framing around each record: length (8), its CRC (4), the data's CRC (4).
@@ -232,7 +237,9 @@ class PipelinePlan:
             dataset may say so (``assert_cardinality``): one worker, or several with
             ``Sharding.DATA``.
         service: The tf.data service dispatcher, or None.
-        skip_corrupt: Corrupted records are skipped (and counted when ``records`` is known).
+        skip_corrupt: Corrupted records are skipped (and counted where ``shards_counted``).
+        shards_counted: Each shard's records are counted against its manifest count as it is
+            read (see :class:`Facts`).
         pad_ragged: Variable-length features are padded.
         notes: Lines for the description: what was not done as asked, and why.
     """
@@ -265,6 +272,7 @@ class PipelinePlan:
     known_length: bool
     service: str | None
     skip_corrupt: bool
+    shards_counted: bool
     pad_ragged: bool
     notes: tuple[str, ...] = ()
     shuffle_bytes: int | None = None
@@ -368,7 +376,7 @@ def plan(config: PipelineConfig, facts: Facts) -> PipelinePlan:
                      f"processing mode {SERVICE_PROCESSING_MODE!r} (dynamic sharding: each "
                      "record once per epoch across the workers, order not fixed); caches, "
                      "the RAM budget and shuffling live on the workers")
-    if facts.records is None and config.skip_corrupt:
+    if not facts.shards_counted and config.skip_corrupt:
         notes.append("no manifest: corrupted records are skipped but cannot be counted")
     steps = None
     if facts.records is not None:
@@ -415,6 +423,7 @@ def plan(config: PipelineConfig, facts: Facts) -> PipelinePlan:
         known_length=known_length,
         service=config.service,
         skip_corrupt=config.skip_corrupt,
+        shards_counted=facts.shards_counted,
         pad_ragged=config.pad_ragged,
         notes=tuple(notes),
     )

@@ -87,9 +87,11 @@ class PipelineSource:
         image_key: The encoded-image feature, if any.
         label_key: The label feature, if any.
         image_encoding: ``"jpeg"``, ``"png"``, ... or ``"image"`` for mixed formats.
-        num_records: Records in ``files`` (exact from a manifest, else None).
+        num_records: Records in ``files``: exact from a manifest or the builder's header walk
+            (:func:`with_walked_counts`), else None.
         num_bytes: Bytes in ``files``.
-        expected_counts: File -> record count, from a manifest (None without one).
+        expected_counts: File -> record count, from a manifest or the header walk (None
+            without either: GZIP shards another tool wrote).
         mean_image_pixels: Mean height*width of the sampled images.
         min_image_side: The smallest shorter side among the sampled images.
         class_names: From the manifest, when labels are classes.
@@ -117,12 +119,23 @@ class PipelineSource:
     # the split read: a manifest's, or one told from foreign files' names or subfolders; None
     # for files named by a list or a glob, or an unsplit folder
     split: str | None = None
+    # the counts are the header walk's (shards without a manifest), not a manifest's
+    counts_walked: bool = False
 
     @property
     def mean_record_bytes(self) -> float:
         if self.num_records:
             return self.num_bytes / self.num_records
         return self.sampled_record_bytes or 4096.0
+
+
+def with_walked_counts(source: PipelineSource, counts: list[int]) -> PipelineSource:
+    """``source`` without a manifest, given the record counts the header walk found
+    (:func:`tfopt.data.shard_check.read_limits`, one per file): an epoch's length is exact
+    (steps, a cache's size); the records themselves are TensorFlow's reader's to check."""
+    counted = dict(zip(source.files, counts, strict=True))
+    return dataclasses.replace(source, expected_counts=counted, num_records=sum(counts),
+                               counts_walked=True)
 
 
 def resolve_source(source, *, split: str | None = None, image_key: str | None = None,
