@@ -139,13 +139,10 @@ def _cache_ops(dataset) -> list[str]:
     return [node.op for node in serialize(dataset).node if node.op in CACHE_OPS]
 
 
-def test_a_fit_of_one_pass_reads_without_the_cache_and_a_longer_one_with_it(
-        shards, monkeypatch, caplog):
-    """A cache serves only the passes after the one that fills it: one epoch (and its one
-    validation pass) get nothing from it, so they read without; two epochs keep it."""
+def _record_fits(monkeypatch) -> list:
+    """(training, validation) datasets of each ``keras.Model.fit`` from here on, which still
+    trains."""
     import keras
-
-    from tfopt.run import Run
 
     read = []
     fit = keras.Model.fit
@@ -155,6 +152,18 @@ def test_a_fit_of_one_pass_reads_without_the_cache_and_a_longer_one_with_it(
         return fit(model, x, *args, validation_data=validation_data, **kwargs)
 
     monkeypatch.setattr(keras.Model, "fit", recording_fit)
+    return read
+
+
+def test_a_fit_of_one_pass_reads_without_the_cache_and_a_longer_one_with_it(
+        shards, monkeypatch, caplog):
+    """A cache serves only the passes after the one that fills it: one epoch (and its one
+    validation pass) get nothing from it, so they read without; two epochs keep it."""
+    import keras
+
+    from tfopt.run import Run
+
+    read = _record_fits(monkeypatch)
     run = Run(shards, image_size=32, batch_size=16, seed=0, steps_per_execution=1)
     assert run.train_pipeline.plan.cache.value == "decoded"
     assert "a fit that reads one pass or less" in run.describe()
@@ -178,10 +187,7 @@ def test_a_cache_asked_for_is_kept_in_a_fit_of_one_pass(shards, monkeypatch):
 
     from tfopt.run import Run
 
-    read = []
-    fit = keras.Model.fit
-    monkeypatch.setattr(keras.Model, "fit", lambda model, x=None, *a, **k: (
-        read.append((x, k.get("validation_data"))), fit(model, x, *a, **k))[1])
+    read = _record_fits(monkeypatch)
     run = Run(shards, image_size=32, batch_size=16, seed=0, steps_per_execution=1, cache=True)
     model = _model(run, keras)
     run.compile(model, "adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))

@@ -419,17 +419,7 @@ class Run:
         batches = -(-steps // spe) * spe
         train = self._cache_if_read("train", self._train_builder,
                                     remaining * batches * self.plan.global_batch)
-        validation = None
-        if self._eval_builder is not None:
-            records = pass_records(self._eval_builder.plan)
-            evaluate = self._cache_if_read("validation", self._eval_builder,
-                                           remaining * records if records else None)
-            if evaluate is self._eval_builder:
-                validation = self.validation
-            else:
-                if self._uncached_validation is None:
-                    self._uncached_validation = evaluate.build()
-                validation = self._uncached_validation
+        validation = self._validation_for(remaining)
         with self._entered():
             dataset = self._train_dataset(steps, spe, train)
             return model.fit(dataset, epochs=epochs, steps_per_epoch=steps,
@@ -462,6 +452,20 @@ class Run:
                         "the one that fills it", name, plan.cache.value, f"{examples:,}")
             self._uncached[name] = builder.replanned(cache=False)
         return self._uncached[name]
+
+    def _validation_for(self, epochs: int) -> tf.data.Dataset | None:
+        """The evaluation dataset for a fit of ``epochs`` more epochs (one pass each): the
+        planned one, or the same without its cache where those passes would not read it."""
+        if self._eval_builder is None:
+            return None
+        records = pass_records(self._eval_builder.plan)
+        builder = self._cache_if_read("validation", self._eval_builder,
+                                      epochs * records if records else None)
+        if builder is self._eval_builder:
+            return self.validation
+        if self._uncached_validation is None:
+            self._uncached_validation = builder.build()
+        return self._uncached_validation
 
     def _train_dataset(self, steps: int, spe: int,
                        builder: PipelineBuilder | None = None) -> tf.data.Dataset:
