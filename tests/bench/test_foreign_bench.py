@@ -113,15 +113,18 @@ def test_bench_settings_stages_is_a_flag():
 def test_the_held_out_script_prints_each_bar_and_writes_its_figures(tmp_path):
     script = Path(__file__).resolve().parents[2] / "scripts" / "bench_held_out.py"
     done = subprocess.run([sys.executable, str(script), "--work", str(tmp_path), "--count", "80",
-                           "--repeats", "1", "--sets", "eval-uncached,training"],
+                           "--repeats", "1", "--sets", "eval-uncached,training,one-epoch"],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    for bar in ("eval, cache off", "epoch 1", "cached (epochs 2-3)"):
+    bars = ("eval, cache off", "one epoch", "epoch 1 of 3 (filling)", "cached (epochs 2-3)")
+    for bar in bars:
         assert bar in done.stdout
     assert "eval, cache filling" not in done.stdout  # its set was not asked for
+    # the one-epoch set is tfopt's choice for one pass: no cache, and the report says why
+    assert "tfopt's cache is off in these runs: 1 epoch(s) read one pass" in done.stdout
     figures = json.loads((tmp_path / "held_out.json").read_text())
-    assert {bar["bar"] for bar in figures["bars"]} == {"eval, cache off", "epoch 1",
-                                                      "cached (epochs 2-3)"}
+    assert {bar["bar"] for bar in figures["bars"]} == set(bars)
+    assert figures["sets"]["one-epoch"]["notes"][0].startswith("tfopt's cache is off")
     assert all(bar["ratio"] > 0 for bar in figures["bars"])
     assert not (tmp_path / "garden" / MANIFEST_NAME).exists()
     # a set that does not exist is refused by name

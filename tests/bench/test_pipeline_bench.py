@@ -85,12 +85,16 @@ def test_the_stage_breakdown_is_the_analysis_of_tfopts_pipeline_by_its_stage_nam
     # the decode's elements are examples, the prefetch's batches of 16: examples/s up to each
     assert rates["decode"] == pytest.approx(report.stage("decode").prefix_rate)
     assert rates["prefetch"] == pytest.approx(report.rate_per_s * 16)
-    # 4 shards of 40 records: a file for 40 records (from the lengths of a pass of each)
+    # 4 shards of 40 records: a file for 40 records (from the lengths of a pass of each), read
+    # in blocks counted against the manifest, then one record at a time again
     assert report.stage("files").elements_per_output == pytest.approx(
-        report.stage("read").elements_per_output / 40)
+        report.stage("unblock_counted").elements_per_output / 40)
     # the read's rate is the pipeline cut after its shuffle and repeat, as it always was
     repeat = labels.index("repeat")
-    assert labels[repeat - 2:repeat + 3] == ["read", "shuffle", "repeat", "parse_block", "parse"]
+    assert labels[repeat - 5:repeat - 3] == ["read", "count"]
+    assert labels[repeat - 3].startswith("map#")  # unbatch's own (TensorFlow's normalize_to_dense)
+    assert labels[repeat - 2:repeat + 3] == ["unblock_counted", "shuffle", "repeat",
+                                             "parse_block", "parse"]
     assert rates["read"] == pytest.approx(
         report.stages[repeat].prefix_rate * 16 / report.stages[repeat].elements_per_output)
     # the slowest stage is the one holding the analysis's bottleneck
@@ -226,7 +230,7 @@ for _ in PipelineBuilder(shards, batch_size=12, image_size=16, split="train").bu
     pass
 mark("control")
 notes = {}
-for name, extra in (("capped", {"max_batches": 2}), ("whole", {})):
+for name, extra in (("capped", {"max_batches": 2}), ("one pass", {}), ("whole", {"epochs": 2})):
     settings = BenchSettings(shards, batch_size=12, image_size=16, training=False,
                              split="train", repeats=1, **extra)
     notes[name] = run_pipeline_bench(settings, methods=["tfopt"]).notes
@@ -254,16 +258,20 @@ def test_the_benchmark_never_reads_a_cache_in_part(demo_shards):
     result = subprocess.run([sys.executable, "-c", PARTIAL_READ_SCRIPT, str(demo_shards)],
                             capture_output=True, text=True, env=env, timeout=300)
     # TensorFlow's warning is visible in this process: the read by hand logs it; the
-    # benchmark's runs do not (2 batches of 12 of the 160 records: no cache; 13 batches of 12
-    # and one more, untimed, to the end of the pass)
+    # benchmark's runs do not (2 batches of 12 of the 160 records, or one pass: no cache; two
+    # passes: read on, untimed, to one batch past the first, which completes the cache)
     logged = _partial_cache_warned_before_each_mark(result.stderr)
     assert logged == {"TF_CPP_MIN_LOG_LEVEL=None": False, "control": True, "capped": False,
-                      "whole": False}, result.stderr[-3000:]
+                      "one pass": False, "whole": False}, result.stderr[-3000:]
     assert result.returncode == 0, result.stderr[-3000:]
     notes = json.loads(result.stdout.strip().splitlines()[-1])
     (note,) = notes["capped"]
     assert note.startswith("tfopt's cache is off in these runs: --max-batches 2 x 1 epoch(s) "
                            "read 24 of the 160 examples of one pass")
+    (note,) = notes["one pass"]
+    assert note.startswith("tfopt's cache is off in these runs: 1 epoch(s) read one pass of "
+                           "the 160 examples, and a cache serves only the passes after the one "
+                           "that fills it")
     assert notes["whole"] == []
 
 

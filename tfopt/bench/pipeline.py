@@ -27,6 +27,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+import tfopt.rules as rules
 from tfopt._system import peak_rss, reset_peak_rss, usable_cores
 from tfopt._validate import flag, is_int, optional_whole_number, require, whole_number
 from tfopt.analysis.report import PipelineReport
@@ -68,12 +69,11 @@ class BenchSettings:
         epochs: Passes over the data per run; later passes show what caching does.
             Defaults to 1.
         repeats: Runs per method. Defaults to 3.
-        cache: tfopt's cache setting ("auto", True, False). Defaults to "auto".
+        cache: tfopt's cache setting ("auto", True, False). Under "auto", runs that read one
+            pass or less in all (``epochs=1``, or cut by ``max_batches``) go without a cache,
+            which would serve none of it, and the report says so. Defaults to "auto".
         max_batches: Cap on full batches per epoch (quick runs; an epoch is otherwise every
-            record of the split, see :func:`epoch_ends`). When it cuts a run to less than
-            one pass in all, tfopt's runs go without a cache under ``cache="auto"`` (it would
-            only be filled in part and discarded), and the report says so. Defaults to None
-            (whole epoch).
+            record of the split, see :func:`epoch_ends`). Defaults to None (whole epoch).
         split: The manifest split. Defaults to the builder's choice.
         tfopt_source: Where tfopt reads instead of ``source``: the same images stored at
             training resolution (``tfopt convert --max-size``), to compare with the other
@@ -466,26 +466,34 @@ def _cache_for_runs(settings: BenchSettings, records: int,
     """tfopt's cache setting for the timed runs of ``examples`` per epoch, the batches each
     run takes in all (timed and untimed), and the report's notes on them.
 
+    A cache serves only the passes after the one that fills it (:func:`tfopt.rules.cache_serves`),
+    so with ``cache="auto"`` runs that read one pass or less in all go without it, as
+    ``tfopt.Run`` reads a fit of one pass: ``--epochs 1`` measures what a one-epoch job gets.
     tf.data completes a cache only at the end of its input and discards one left part-filled
     when the iterator goes (with a C++ warning, "did not fully read the dataset being cached";
-    docs/data.md). A run of ``examples`` x ``epochs`` that ends inside the first pass because
-    of ``max_batches`` would never read from the cache: with ``cache="auto"`` it runs without
-    one; asked for (``cache=True``), it keeps it and the report says every epoch measured fills
-    it. Any other run reads on, untimed where the epochs end sooner, to one record past the
-    first pass, so that its cache is complete when it ends.
+    docs/data.md): a cache asked for (``cache=True``) in runs cut by ``max_batches`` to less
+    than one pass stays, and the report says every epoch measured fills it. Any other run with
+    a cache reads on, untimed where the epochs end sooner, to one record past the first pass,
+    so that its cache is complete when it ends.
     """
     epochs = settings.epochs
     read = examples * epochs
     if settings.cache is False:
         return False, 0, ()
-    if read < records:
-        cut = (f"--max-batches {settings.max_batches} x {epochs} epoch(s) read {read:,} of the "
-               f"{records:,} examples of one pass, and a cache is filled only by a pass read "
-               "to its end")
-        if settings.cache == "auto":
+    cut = (f"--max-batches {settings.max_batches} x {epochs} epoch(s) read {read:,} of the "
+           f"{records:,} examples of one pass, and a cache is filled only by a pass read to its "
+           "end")
+    if settings.cache == "auto" and not rules.cache_serves(read, records):
+        if read < records:
             return False, 0, (f"tfopt's cache is off in these runs: {cut}, so it would serve "
                               "nothing and be discarded after each run; runs of whole epochs "
                               "(no --max-batches) measure it",)
+        return False, 0, (f"tfopt's cache is off in these runs: {epochs} epoch(s) read one pass "
+                          f"of the {records:,} examples, and a cache serves only the passes "
+                          "after the one that fills it (tfopt.Run leaves it out of such a fit "
+                          "too); --epochs 2 or more measures it, --cache on the pass that "
+                          "fills it",)
+    if read < records:
         return settings.cache, 0, (f"every epoch measured fills tfopt's cache: {cut}; each run's "
                                    "part-filled cache is discarded when it ends (TensorFlow "
                                    "logs that it 'did not fully read the dataset being cached')",)

@@ -45,11 +45,11 @@ _POSITIVE = click.IntRange(min=1)
 @click.option("--repeats", type=_POSITIVE, default=3, show_default=True,
               help="Alternating runs per method.")
 @click.option("--cache", type=click.Choice(["auto", "on", "off"]), default="auto",
-              show_default=True, help="tfopt's cache setting.")
+              show_default=True, help="tfopt's cache setting; under auto, runs of one pass "
+              "or less in all go without it (it would serve none of it), as tfopt.Run does.")
 @click.option("--max-batches", type=_POSITIVE,
               help="Cap on full batches per epoch (quick runs) [default: an epoch is one "
-                   "pass]; below one pass in all, tfopt runs without its cache under --cache "
-                   "auto.")
+                   "pass].")
 @click.option("--split", help="Manifest split [default: train with --training, validation "
               "with --eval].")
 @click.option("--tfopt-source", help="tfopt reads this copy instead (e.g. stored with "
