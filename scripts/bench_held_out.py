@@ -144,7 +144,7 @@ def main(argv=None) -> int:
         holds = ratio >= bar.at_least
         rates = ", ".join(f"tfopt {report.results['tfopt'].median(e):,.0f} / guide "
                           f"{report.results['guide'].median(e):,.0f}" for e in bar.epochs)
-        print(f"  {bar.name:20s} {ratio:5.2f}x the guide (bar {bar.at_least}x: "
+        print(f"  {bar.name:24s} {ratio:5.2f}x the guide (bar {bar.at_least}x: "
               f"{'holds' if holds else 'does not hold'}); examples/s {rates}")
         bars.append({"bar": bar.name, "set": bar.set_name, "epochs": [e + 1 for e in bar.epochs],
                      "ratio": ratio, "at_least": bar.at_least, "holds": holds})
