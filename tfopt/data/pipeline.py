@@ -367,7 +367,8 @@ class PipelineBuilder:
         # step per record would halve the read rate of small records); an empty block after a
         # shard's last one marks its end. Each block carries its shard's index, and one scan
         # over the interleaved blocks keeps every shard's running count: a scan per shard
-        # instantiated its function for each file opened, 8 ms of a pass's 16 small shards.
+        # (its function instantiated for each file opened) with tf.debugging.Assert read a
+        # pass of 16 small shards in 71 ms, this in 48 ms, the reader alone in 39 ms.
         empty = tf.constant([], tf.string)
 
         def read_blocks(path, index, limit):
@@ -414,8 +415,8 @@ class PipelineBuilder:
                 tf.strings.as_string(expected[index]), " records (its manifest says), ",
                 tf.strings.as_string(total), " could be read: ", why])
             # The check fails by parsing the message as a number: a stateless op, where
-            # tf.debugging.Assert (stateful) cost 16 ms of a pass of 16 small shards and of
-            # its first batch. Its value (0) joins the counts, so it is never pruned.
+            # tf.debugging.Assert (stateful) cost 15 ms of that pass and of its first record.
+            # Its value (0) joins the counts, so it is never pruned.
             failed = tf.logical_and(at_end, tf.not_equal(missing, 0))
             return totals + tf.strings.to_number(tf.where(failed, message, "0"), tf.int64), block
 
