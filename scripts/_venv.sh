@@ -1,11 +1,17 @@
 # Sourced by demo.sh and test.sh: create or reuse .venv in the repository and install tfopt.
-# Needs only python3 (3.10+) and network access to PyPI. The install is skipped when setup.cfg
-# and pyproject.toml have not changed since the last one (a stamp file holds their hash).
+# Needs only python3 (3.11+, setup.cfg's python_requires: checked before .venv is made) and
+# network access to PyPI. The install is skipped when setup.cfg and pyproject.toml have not
+# changed since the last one (a stamp file holds their hash).
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 PYTHON="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
+    if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+        echo "tfopt needs Python 3.11+ (setup.cfg's python_requires), and $PYTHON is" \
+             "$("$PYTHON" --version 2>&1): run with PYTHON=python3.11 (or newer)" >&2
+        return 1 2>/dev/null || exit 1
+    fi
     echo "creating .venv with $($PYTHON --version)" >&2
     "$PYTHON" -m venv .venv
 fi

@@ -33,7 +33,7 @@ from tfopt._tf import import_tensorflow
 
 def variants(tf, image_size: int) -> dict:
     from tfopt.data.decode import decode_jpeg_scaled
-    from tfopt.data.plan import cache_side
+    from tfopt.data.sizes import cache_side
 
     side = cache_side((image_size, image_size))
     return {

@@ -74,6 +74,7 @@ TESTS=(
     tests/distribute/test_multi_worker_backup.py
     tests/distribute/test_strategy.py
     tests/analysis/test_tfapi.py
+    tests/test_internals.py
 )
 WORKERS="${TFOPT_TEST_WORKERS:-$(python -c 'import os; print(len(os.sched_getaffinity(0)))')}"
 

@@ -51,3 +51,24 @@ def test_atomic_write_replaces_whole_or_not_at_all(tmp_path):
     atomic_write_bytes(target, b"new")
     assert target.read_bytes() == b"new"
     assert is_temp_file(tmp_path / ".file.bin.tmp-42") and not is_temp_file(target)
+
+
+def test_atomic_path_without_durability_renames_whole_files_and_syncs_nothing(tmp_path,
+                                                                              monkeypatch):
+    import tfopt._files as files
+
+    def no_sync(path):
+        raise AssertionError(f"fsync of {path}")
+
+    monkeypatch.setattr(files, "fsync_file", no_sync)
+    monkeypatch.setattr(files, "fsync_dir", no_sync)
+    target = tmp_path / "image.jpg"
+    with pytest.raises(RuntimeError):
+        with atomic_path(target, durable=False) as tmp:
+            tmp.write_bytes(b"half")
+            raise RuntimeError("crash while writing")
+    assert list(tmp_path.iterdir()) == []
+    with atomic_path(target, durable=False) as tmp:
+        tmp.write_bytes(b"whole")
+    assert [p.name for p in tmp_path.iterdir()] == ["image.jpg"]
+    assert target.read_bytes() == b"whole"

@@ -2,11 +2,13 @@
 
 Its Run example is the one ``examples/train_image_classifier.py`` runs, its links lead to pages
 that exist, its command table names the commands ``tfopt --help`` lists, and the ``tfopt.NAME``
-it and the docs pages mention resolve.
+it and the docs pages mention resolve, and the Python it asks for is setup.cfg's. Its code blocks
+run in tests/test_docs.py, whose parser this file shares.
 """
 
 from __future__ import annotations
 
+import configparser
 import importlib.util
 import re
 import subprocess
@@ -15,6 +17,7 @@ from functools import cache
 from pathlib import Path
 
 import tfopt
+from tests.test_docs import page_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -26,16 +29,10 @@ def readme_lines() -> list[str]:
     return README.read_text().splitlines()
 
 
-def code_blocks(lines: list[str], language: str) -> list[tuple[int, list[str]]]:
-    """(index of the opening fence, the block's lines) of every fenced block in ``language``."""
-    blocks, start = [], None
-    for index, line in enumerate(lines):
-        if start is None and line.strip() == f"```{language}":
-            start = index
-        elif start is not None and line.strip() == "```":
-            blocks.append((start, lines[start + 1:index]))
-            start = None
-    return blocks
+def code_blocks(language: str) -> list[tuple[int, list[str]]]:
+    """(index of the opening fence, the block's lines) of every README block in ``language``."""
+    return [(block.line - 1, list(block.lines)) for block in page_blocks(README)
+            if block.info == language]
 
 
 def test_the_readme_is_at_most_250_lines():
@@ -48,13 +45,13 @@ def test_a_pip_install_line_within_the_first_40_lines():
 
 
 def test_a_python_block_starts_within_the_first_80_lines():
-    blocks = code_blocks(readme_lines(), "python")
+    blocks = code_blocks("python")
     assert blocks and blocks[0][0] < 80, blocks[:1]
 
 
 def run_example_lines() -> list[str]:
     """The README's lines from ``run = tfopt.Run(`` through ``history = run.fit(``."""
-    for _, block in code_blocks(readme_lines(), "python"):
+    for _, block in code_blocks("python"):
         starts = [i for i, line in enumerate(block) if line.startswith("run = tfopt.Run(")]
         if starts:
             ends = [i for i, line in enumerate(block)
@@ -65,7 +62,6 @@ def run_example_lines() -> list[str]:
 
 
 def test_the_run_example_is_the_one_the_example_script_runs():
-    # expected to fail until examples/train_image_classifier.py uses tfopt.Run
     wanted = run_example_lines()
     have = EXAMPLE.read_text().splitlines()
     for start, line in enumerate(have):
@@ -157,3 +153,19 @@ def test_every_tfopt_name_in_the_readme_and_docs_resolves():
             if name not in tfopt.__all__ and importlib.util.find_spec(f"tfopt.{name}") is None:
                 stale.setdefault(page.relative_to(ROOT).as_posix(), []).append(name)
     assert not stale, stale
+
+
+def test_the_python_it_asks_for_is_setup_cfgs():
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    floor = re.fullmatch(r">=\s*(3\.\d+)", config["options"]["python_requires"].strip())
+    assert floor, config["options"]["python_requires"]
+    version = floor[1]
+    text = README.read_text()
+    assert f"Python {version}+" in text, f"the README should ask for Python {version}+"
+    assert not set(re.findall(r"Python (3\.\d+)", text)) - {version}, re.findall(
+        r"Python 3\.\d+\+?", text)
+    venv = (ROOT / "scripts" / "_venv.sh").read_text()
+    assert f"({version}+" in venv, f"scripts/_venv.sh should say {version}+"
+    minor = version.split(".")[1]
+    assert f"sys.version_info < (3, {minor})" in venv, "scripts/_venv.sh checks another floor"

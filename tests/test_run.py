@@ -38,6 +38,19 @@ def test_one_replica_fuses_batch_norm_and_several_synchronise_it():
         plan_run(config.replace(batch_norm="fused"), dataclasses.replace(FACTS, replicas=4))
 
 
+def test_the_planners_reasons_say_why_not_what_one_machine_measured():
+    from tests.test_code_says_why import measurement_spans
+
+    config = RunConfig("shards/", image_size=32, effective_batch_size=256)
+    fused = plan_run(config, FACTS)
+    assert "one op per layer instead of a dozen passes" in fused.batch_norm_reason
+    for facts in (FACTS, dataclasses.replace(FACTS, replicas=4),
+                  dataclasses.replace(FACTS, workers=2, has_validation=False)):
+        plan = plan_run(config, facts)
+        reasons = [value for name, value in vars(plan).items() if name.endswith("_reason")]
+        assert len(reasons) == 5 and not any(map(measurement_spans, reasons)), reasons
+
+
 def test_accumulation_takes_a_multiple_of_the_global_batch():
     plan = plan_run(RunConfig("s", batch_size=32, effective_batch_size=256),
                     dataclasses.replace(FACTS, replicas=2))
@@ -120,6 +133,9 @@ def test_a_run_fits_with_its_choices_described_and_its_files_in_the_workdir(shar
                  "validation   the source's validation split", "resume       a new run",
                  "training pipeline:"):
         assert line in text, text
+    from tests.test_code_says_why import measurement_spans
+    # reasons, not what one machine measured once (a line of describe() is one statement)
+    assert not [line for line in text.splitlines() if measurement_spans(line)], text
     model = _model(run, keras)
     run.compile(model, "adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                 metrics=["accuracy"])

@@ -46,12 +46,14 @@ def fsync_dir(folder: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(final: Path, temp: Path | None = None):
+def atomic_path(final: Path, temp: Path | None = None, *, durable: bool = True):
     """Yield a temporary path to write; on success it is fsynced and renamed to ``final``.
 
     On an exception the temporary file is removed and ``final`` is untouched. ``temp``, in
     the same folder, replaces the default name (:func:`temp_path_for`) where a writer checks
-    the file's suffix (Keras: ``.keras``, ``.weights.h5``).
+    the file's suffix (Keras: ``.keras``, ``.weights.h5``). ``durable=False`` skips both
+    fsyncs: still whole or absent under its final name, but not kept through a power cut (for
+    files cheaper to make again than to sync, such as demo images).
 
     Example:
         >>> with atomic_path(Path("out.bin")) as tmp:
@@ -61,13 +63,15 @@ def atomic_path(final: Path, temp: Path | None = None):
     tmp = Path(temp) if temp is not None else temp_path_for(final)
     try:
         yield tmp
-        fsync_file(tmp)
+        if durable:
+            fsync_file(tmp)
         os.replace(tmp, final)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         raise
-    fsync_dir(final.parent)
+    if durable:
+        fsync_dir(final.parent)
 
 
 def atomic_write_bytes(final: Path, data: bytes) -> None:
@@ -79,11 +83,20 @@ def atomic_write_bytes(final: Path, data: bytes) -> None:
 
 def sha256_file(path: Path) -> str:
     """Hex SHA-256 of a file, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        while chunk := handle.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return sha256_stream(handle)[0]
+
+
+def sha256_stream(handle, copy_to=None) -> tuple[str, int]:
+    """(hex SHA-256, size) of what ``handle`` reads to its end, in 1 MiB chunks; each chunk is
+    also written to ``copy_to`` when given (a file copied and checked in one pass)."""
+    digest, size = hashlib.sha256(), 0
+    while chunk := handle.read(_HASH_CHUNK):
+        digest.update(chunk)
+        size += len(chunk)
+        if copy_to is not None:
+            copy_to.write(chunk)
+    return digest.hexdigest(), size
 
 
 _SPECIAL_KINDS = (

@@ -7,16 +7,15 @@ then SIGKILL after a grace period; and on leaving its ``with`` block stops whate
 (SIGKILL at once when an exception leaves it). Each of these reaches a child's whole process
 group, and keeps reaching it after the child itself has exited: a grandchild left running
 (one that ignores SIGTERM included) is stopped with it. :func:`exit_code` is the shell's code
-of a return code (128 + N for death by signal N). :func:`child_limits` says how many more
-children the machine's limits (open files, processes, threads) let this process start. No
-TensorFlow is imported.
+of a return code (128 + N for death by signal N). No TensorFlow is imported.
 
 The parent-death signal is set by a tiny Python program that runs first in the child and then
 executes the command (``prctl(PR_SET_PDEATHSIG)`` survives ``execve``), not by ``preexec_fn``:
 Python code between fork and exec is unsafe in a parent with threads (TensorFlow's, output
-readers). A child started by someone else (``multiprocessing``) calls :func:`die_with_parent`
-itself; :func:`worker_context` is the ``multiprocessing`` context such pools start from (spawn,
-and the children do not run the caller's ``__main__`` again).
+readers). A child started by someone else (a ``multiprocessing`` pool, from
+:func:`tfopt._spawn.worker_context`) calls :func:`die_with_parent` itself, and is stopped by
+:func:`stop_processes`. How many children the machine lets this process start is
+:mod:`tfopt._limits`' answer.
 
 Example:
     >>> with Supervisor(grace_seconds=5) as supervisor:
@@ -29,11 +28,9 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import logging
 import math
-import multiprocessing.context
 import os
 import shutil
 import signal
@@ -41,12 +38,10 @@ import subprocess
 import sys
 import threading
 import time
-import types
 from collections.abc import Callable, Mapping, Sequence
 
 from tfopt._system import parent_death_signal
 from tfopt._validate import fail, number
-from tfopt.errors import TfoptError
 
 logger = logging.getLogger("tfopt")
 
@@ -68,7 +63,8 @@ _REAP_SECONDS = 5.0
 
 # Runs in the child before the command: asks Linux for the parent-death signal, leaves if the
 # parent died before that took effect, then becomes the command. Standard library only (-I -S:
-# no site, no PYTHON* variables), so it costs ~20 ms, not a package import.
+# no site, no PYTHON* variables), so that each start adds a bare interpreter's start-up, never a
+# package import.
 _BOOTSTRAP = """\
 import ctypes, os, sys
 signum, parent, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
@@ -151,86 +147,6 @@ def stop_processes(processes: Sequence, grace_seconds: float = DEFAULT_GRACE_SEC
                         "them", sum(process.is_alive() for process in processes), grace)
 
 
-# -- multiprocessing pools whose children do not run the caller's __main__ -------------------
-#
-# multiprocessing's spawn start sends each child the name (``__spec__``) or path (``__file__``)
-# of the parent's main module, and the child imports it again, as ``__mp_main__``, before it
-# runs anything (``multiprocessing.spawn.get_preparation_data`` and ``prepare``), so that a
-# function defined in the main script can be unpickled there. tfopt's workers run functions of
-# tfopt's own modules on plain arguments and need none of it, while importing it breaks them:
-# a script without an ``if __name__ == "__main__":`` guard would start the work again in every
-# child (multiprocessing refuses: RuntimeError, then BrokenProcessPool in the parent), and a
-# script read from stdin (``python -``, whose ``__file__`` is "<stdin>") has no file to import.
-# So the children are started while ``sys.modules["__main__"]`` is a copy of the main module
-# without its name and path: the preparation data then names no main module (as under
-# ``python -c`` or in Jupyter), and the child keeps its own.
-
-
-class WorkerStartError(TfoptError):
-    """Worker processes cannot be started here (the message says why and what to do)."""
-
-
-_MAIN_SWAP_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def _main_module_hidden():
-    """While the block runs, ``sys.modules["__main__"]`` names no module to import again.
-
-    The stand-in holds the main module's objects (a copy of its namespace), so that another
-    thread looking a name up in ``__main__`` meanwhile (pickle does, for a class defined there)
-    still finds it. It is in place for the start of one child: a few milliseconds.
-    """
-    with _MAIN_SWAP_LOCK:
-        main = sys.modules.get("__main__")
-        if main is None or (getattr(getattr(main, "__spec__", None), "name", None) is None
-                            and getattr(main, "__file__", None) is None):
-            yield  # nothing to import again: python -c, a Jupyter kernel, an embedded one
-            return
-        stand_in = types.ModuleType("__main__")
-        stand_in.__dict__.update(getattr(main, "__dict__", {}))
-        stand_in.__dict__.pop("__file__", None)
-        stand_in.__dict__.pop("__cached__", None)
-        stand_in.__spec__ = None
-        sys.modules["__main__"] = stand_in
-        try:
-            yield
-        finally:
-            if sys.modules.get("__main__") is stand_in:
-                sys.modules["__main__"] = main
-
-
-class _SpawnProcessWithoutMain(multiprocessing.context.SpawnProcess):
-    """A spawned process that does not import the parent's ``__main__`` (see above)."""
-
-    @staticmethod
-    def _Popen(process_obj):
-        with _main_module_hidden():
-            return multiprocessing.context.SpawnProcess._Popen(process_obj)
-
-
-class _SpawnContextWithoutMain(multiprocessing.context.SpawnContext):
-    Process = _SpawnProcessWithoutMain
-
-
-_WORKER_CONTEXT = _SpawnContextWithoutMain()
-
-
-def worker_context() -> multiprocessing.context.BaseContext:
-    """The ``multiprocessing`` context of tfopt's worker pools (convert, demo-data).
-
-    Spawn (fork is unsafe once TensorFlow, or any thread, runs in this process), with children
-    that do not import the caller's main module again: tfopt works from a script without an
-    ``if __name__ == "__main__":`` guard, from ``python -`` and ``python -c``, and in Jupyter.
-    Only for workers whose functions and arguments come from importable modules (tfopt's):
-    nothing defined in ``__main__`` can be unpickled in these children.
-
-    Example:
-        >>> ProcessPoolExecutor(4, mp_context=worker_context())
-    """
-    return _WORKER_CONTEXT
-
-
 def start_failure(processes: Sequence) -> int | None:
     """The exit code of the first of these stopped pool workers that ended by itself, or None.
 
@@ -272,201 +188,6 @@ def _resolve(program: str, env: Mapping[str, str] | None, cwd=None) -> str:
     if not (magic.startswith(b"#!") or magic == b"\x7fELF"):
         raise OSError(errno.ENOEXEC, os.strerror(errno.ENOEXEC), program)
     return found
-
-
-# -- how many children the machine lets this process start --------------------------------------
-
-# Open files this process keeps for itself beyond what its children need: the three pipes (six
-# descriptors) of a start in progress, the files Python opens to import and log, with room.
-_RESERVED_FILES = 32
-# Tasks (processes and threads) kept free for this process and the rest of the user's session,
-# so that hitting a limit exactly does not leave the shell unable to run ``kill``.
-_RESERVED_TASKS = 32
-
-
-@dataclasses.dataclass(frozen=True)
-class ChildLimit:
-    """One limit on the children this process can start now.
-
-    Attributes:
-        name: Its short name ("ulimit -n", "kernel.pid_max").
-        most: How many more children fit under it.
-        reason: What it is, with its numbers ("each worker needs 2 open files here and the
-            open-file limit (ulimit -n) is 1024, 9 in use").
-        remedy: What to do when more are needed ("raise it: ulimit -n 4096").
-    """
-
-    name: str
-    most: int
-    reason: str
-    remedy: str
-
-
-def _open_files() -> int | None:
-    """Descriptors open in this process now; None where the system cannot list them."""
-    for folder in ("/proc/self/fd", "/dev/fd"):
-        try:
-            return max(0, len(os.listdir(folder)) - 1)  # less the one listdir itself opened
-        except OSError:
-            continue
-    return None
-
-
-def _proc_status(pid: str, keys: Sequence[str]) -> dict[str, str]:
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            return {key: value.strip() for key, _, value in (line.partition(":")
-                                                             for line in status)
-                    if key in keys}
-    except OSError:  # gone meanwhile, or not ours to read
-        return {}
-
-
-def _user_tasks(uid: int) -> int:
-    """Threads of every process whose real user is ``uid``: what RLIMIT_NPROC counts."""
-    total = 0
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = _proc_status(entry, ("Uid", "Threads"))
-            with contextlib.suppress(KeyError, ValueError, IndexError):
-                if int(fields["Uid"].split()[0]) == uid:
-                    total += int(fields["Threads"])
-    return total
-
-
-def _read_int(path: str) -> int | None:
-    try:
-        with open(path) as handle:
-            return int(handle.read().split()[0])
-    except (OSError, ValueError, IndexError):  # absent, "max" (no limit), unreadable
-        return None
-
-
-def _cgroup_task_room() -> tuple[int, str] | None:
-    """(tasks still allowed, the cgroup folder) of the tightest ``pids.max`` over this
-    process's cgroup and its ancestors (a container's ``--pids-limit``); None for none."""
-    try:
-        with open("/proc/self/cgroup") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
-        return None
-    folders = []
-    for line in lines:
-        hierarchy, _, rest = line.partition(":")
-        controllers, _, path = rest.partition(":")
-        if hierarchy == "0" and controllers == "":  # cgroup v2: one unified tree
-            folders.append(("/sys/fs/cgroup", path))
-        elif "pids" in controllers.split(","):  # cgroup v1: the pids controller's tree
-            folders.append(("/sys/fs/cgroup/pids", path))
-    tightest = None
-    for root, path in folders:
-        parts = [part for part in path.split("/") if part]
-        for depth in range(len(parts), -1, -1):
-            folder = os.path.join(root, *parts[:depth])
-            most = _read_int(os.path.join(folder, "pids.max"))
-            used = _read_int(os.path.join(folder, "pids.current"))
-            if most is not None and used is not None and (
-                    tightest is None or most - used < tightest[0]):
-                tightest = (most - used, folder)
-    return tightest
-
-
-def child_limits(children: int, *, files_per_child: int, tasks_per_child: int,
-                 noun: str = "child") -> list[ChildLimit]:
-    """The limits on starting ``children`` more children from this process, read now.
-
-    Read, where the system has them: the open-file limit (``RLIMIT_NOFILE``) against the
-    descriptors open here, the user's process limit (``RLIMIT_NPROC``, which counts threads;
-    not applied by the kernel to root) against the user's tasks, the cgroup's ``pids.max`` (a
-    container's limit) and the kernel's ``threads-max`` and ``pid_max`` against the tasks that
-    run. A limit this system does not have is left out; each one's ``remedy`` names what
-    ``children`` would need.
-
-    Args:
-        children: The children wanted (the remedies are worded for that many).
-        files_per_child: Descriptors this process holds for each child while it runs (2 for
-            its stdout and stderr pipes).
-        tasks_per_child: Tasks each child takes at least: its process, and any thread of this
-            process that serves it.
-        noun: What the messages call a child ("worker"). Defaults to "child".
-
-    Returns:
-        The limits, each with how many more children fit under it.
-
-    Example:
-        >>> min(limit.most for limit in child_limits(8, files_per_child=2, tasks_per_child=3))
-        9980
-    """
-    limits = []
-    try:
-        import resource
-    except ImportError:  # not a Unix: none of these limits can be read
-        return limits
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    in_use = _open_files()
-    if soft != resource.RLIM_INFINITY and in_use is not None and files_per_child > 0:
-        need = in_use + _RESERVED_FILES + children * files_per_child
-        remedy = (f"raise it: ulimit -n {need}" if hard == resource.RLIM_INFINITY or need <= hard
-                  else f"its hard limit is {hard}: have it raised to {need} or more, or start "
-                  "fewer")
-        files = "an open file" if files_per_child == 1 else f"{files_per_child} open files"
-        limits.append(ChildLimit(
-            "ulimit -n", max(0, (soft - in_use - _RESERVED_FILES) // files_per_child),
-            f"each {noun} holds {files} in this process and the open-file limit (ulimit -n) "
-            f"is {soft}, {in_use} in use", remedy))
-    if tasks_per_child <= 0 or not os.path.isdir("/proc"):
-        return limits
-    tasks = f"each {noun} takes at least {tasks_per_child} tasks (processes and threads)"
-    soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
-    # the kernel does not apply RLIMIT_NPROC to root (nor to CAP_SYS_RESOURCE/CAP_SYS_ADMIN)
-    if soft != resource.RLIM_INFINITY and os.getuid() != 0:
-        used = _user_tasks(os.getuid())
-        need = used + _RESERVED_TASKS + children * tasks_per_child
-        remedy = (f"raise it: ulimit -u {need}" if hard == resource.RLIM_INFINITY or need <= hard
-                  else f"its hard limit is {hard}: have it raised to {need} or more, or start "
-                  "fewer")
-        limits.append(ChildLimit(
-            "ulimit -u", max(0, (soft - used - _RESERVED_TASKS) // tasks_per_child),
-            f"{tasks} and the user's process limit (ulimit -u) is {soft}, {used} in use",
-            remedy))
-    room = _cgroup_task_room()
-    if room is not None:
-        left, folder = room
-        limits.append(ChildLimit(
-            "pids.max", max(0, (left - _RESERVED_TASKS) // tasks_per_child),
-            f"{tasks} and the cgroup {folder} allows {left} more (pids.max)",
-            "raise the container's process limit (docker run --pids-limit, systemd TasksMax=) "
-            "or start fewer"))
-    try:
-        with open("/proc/loadavg") as handle:
-            running = int(handle.read().split()[3].split("/")[1])  # "1/234": tasks now
-    except (OSError, ValueError, IndexError):
-        running = None
-    for key, path in (("kernel.threads-max", "/proc/sys/kernel/threads-max"),
-                      ("kernel.pid_max", "/proc/sys/kernel/pid_max")):
-        most = _read_int(path)
-        if most is not None and running is not None:
-            need = running + _RESERVED_TASKS + children * tasks_per_child
-            limits.append(ChildLimit(
-                key, max(0, (most - running - _RESERVED_TASKS) // tasks_per_child),
-                f"{tasks} and the kernel allows {most} ({key}), {running} running",
-                f"raise it: sysctl -w {key}={need}"))
-    return limits
-
-
-def over_limits(wanted: int, limits: Sequence[ChildLimit], name: str) -> str | None:
-    """The one-line refusal of ``name=wanted`` when a limit allows fewer; None when all allow
-    it. The tightest limit comes first, with its remedy; any other one it exceeds follows."""
-    over = sorted((limit for limit in limits if limit.most < wanted), key=lambda x: x.most)
-    if not over:
-        return None
-    first, rest = over[0], over[1:]
-    line = (f"{name}={wanted}: expected at most {first.most} here: {first.reason}; "
-            f"{first.remedy}")
-    if rest:  # named only: raising the first alone would not be enough
-        line += f" (these allow fewer than {wanted} too: " + ", ".join(
-            f"{limit.name} {limit.most}" for limit in rest) + ")"
-    return line
 
 
 # -- process groups ---------------------------------------------------------------------------

@@ -91,6 +91,10 @@ class DiskFullError(TfoptError):
     """The output's file system is full, or too full for the conversion to fit."""
 
 
+class WorkerStartError(TfoptError):
+    """Worker processes cannot be started here (the message says why and what to do)."""
+
+
 class GpuUnavailableError(TfoptError):
     """NVML or an NVIDIA GPU is not available (the reason is in the message)."""
 

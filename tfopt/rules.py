@@ -173,9 +173,9 @@ def shuffle_buffer(*, shuffle_bytes: int, element_bytes: float, epoch_records: i
 PREFETCH_DEPTH = -1
 
 # tf.data's autotuner stays off in the builder's pipelines, whose parallelism the plan fixes
-# (parallel_calls). With it on, TensorFlow 2.21 here (2 cores) ran a decode-bound pipeline
-# on one core, a whole pass at half the rate, in 44 of 123 runs (the guide's recipe and
-# tfopt's alike, every autotune algorithm, fixed parallelism too); with it off, 0 of 65.
+# (parallel_calls). With it on, TensorFlow now and then ran a decode-bound pipeline on one
+# core for a whole pass (the guide's recipe and tfopt's alike, every autotune algorithm,
+# fixed parallelism too); with it off, never (docs/benchmarks.md has the counts).
 # It also holds an iterator's release for up to a pass (measure.whole_passes says more).
 AUTOTUNE_ENABLED = False
 

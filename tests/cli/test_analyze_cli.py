@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -92,3 +94,35 @@ def test_apply_makes_the_rewrites_and_measures_before_and_after(example):
 def test_errors_are_one_line(example, suffix, expected):
     result = run("analyze", f"{example.parent / suffix}", "--seconds", "0.5", "-q")
     assert expected in one_error_line(result)
+
+
+KERAS_FOLDER_EXAMPLE = textwrap.dedent('''
+    import keras
+    import tensorflow as tf
+
+
+    def pipeline():  # Keras's "image classification from scratch": a lambda maps the folder
+        train = keras.utils.image_dataset_from_directory(
+            "images", image_size=(32, 32), batch_size=4, verbose=False)
+        flip = keras.layers.RandomFlip("horizontal")
+        return train.map(lambda image, label: (flip(image), label),
+                         num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+''')
+
+
+def test_autograph_converts_a_lambda_of_the_file_without_a_warning(tmp_path):
+    # AutoGraph finds a lambda's source through the module in sys.modules; the file, imported
+    # by path and not registered there, made TensorFlow print "AutoGraph could not transform
+    # <lambda> ... Please report this to the TensorFlow team" (importing it did not)
+    import tfopt
+
+    tfopt.make_demo_data(tmp_path / "images", count=8, classes=2, min_size=40, max_size=48,
+                         workers=1)
+    (tmp_path / "example.py").write_text(KERAS_FOLDER_EXAMPLE)
+    done = subprocess.run([sys.executable, "-m", "tfopt", "analyze", "example.py:pipeline",
+                           "--seconds", "0.5", "-q"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "bottleneck:" in done.stdout, done.stdout
+    assert "AutoGraph could not transform" not in done.stderr, done.stderr[-3000:]
+    assert "TensorFlow team" not in done.stderr, done.stderr[-3000:]

@@ -21,7 +21,9 @@ from tfopt.data.decode import (
     snap_to_block_column,
 )
 from tfopt.data.pipeline import PipelineBuilder, build_pipeline
-from tfopt.data.plan import CacheMode, DecodeStrategy, choose_decode, records_per_block
+from tfopt.data.plan import CacheFallback, CacheMode, choose_decode
+from tfopt.data.plan_types import DecodeStrategy, DistributionSource, Sharding
+from tfopt.data.sizes import records_per_block
 from tfopt.errors import InvalidArgumentError
 
 
@@ -58,13 +60,13 @@ def test_a_pass_has_a_known_length_only_where_it_is_sure(indexed_png_dataset, mo
 
     workers(2)
     sharded = PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24, split="train")
-    assert sharded.choices.auto_shard.startswith("by file")
+    assert sharded.plan.sharding is Sharding.FILE
     assert int(sharded.build().cardinality()) == unknown
     # more workers than shards: each filters the whole pass (DATA), whose length it knows, so
     # that Keras's evaluation under the strategy takes exactly its steps
     workers(4)
     filtered = PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24, split="train")
-    assert filtered.choices.auto_shard.startswith("DATA")
+    assert filtered.plan.sharding is Sharding.DATA
     dataset = filtered.build()
     assert int(dataset.cardinality()) == 6 == sum(1 for _ in dataset)
 
@@ -91,7 +93,8 @@ def test_each_worker_reads_its_own_shards_and_the_pipeline_stays_shardable(
     for index in (0, 1):
         tf_config("worker", index)
         builder = PipelineBuilder(indexed_png_dataset, batch_size=7, image_size=24, split="train")
-        assert builder.choices.auto_shard.startswith(f"by file: worker {index} of 2")
+        assert builder.plan.sharding is Sharding.FILE
+        assert (builder.plan.worker_index, builder.plan.workers) == (index, 2)
         seen.append(indices(builder))
     assert seen[0] and seen[1] and sorted(seen[0] + seen[1]) == everything
     # a chief comes first: chief, worker 0, worker 1 read shards 0, 1, 2
@@ -183,19 +186,20 @@ def test_counting_and_parsing_blocks_hold_about_a_mebibyte_of_records(indexed_pn
     assert records_per_block(100, 128) == 128  # small records: the most, to amortise the op
     assert records_per_block(50_000_000, 256) == 8  # huge records: still a few per block
     builder = PipelineBuilder(indexed_png_dataset, batch_size=4, image_size=24, split="train")
-    expected = records_per_block(builder.source.mean_record_bytes, 128)
-    assert f"parse_example once per {expected} records" in builder.choices.describe()
+    assert builder.plan.parse_block == records_per_block(builder.source.mean_record_bytes, 128)
+    assert builder.plan.count_block == records_per_block(builder.source.mean_record_bytes, 256)
 
 
 def test_cache_follows_the_ram_budget(indexed_png_dataset, tmp_path):
     def cache_of(**kwargs):
         return PipelineBuilder(indexed_png_dataset, batch_size=4, image_size=24,
-                               training=True, **kwargs).choices
-    assert cache_of(ram_budget=1 << 30).cache is CacheMode.DECODED
+                               training=True, **kwargs)
+    assert cache_of(ram_budget=1 << 30).choices.cache is CacheMode.DECODED
     small = cache_of(ram_budget=int(20_000 / 0.6))  # too small for decoded, fits the records
-    assert small.cache is CacheMode.ENCODED and "instead" in small.notes[0]
-    assert cache_of(ram_budget=1000).cache is CacheMode.NONE
-    assert cache_of(cache=False).cache is CacheMode.NONE
+    assert small.choices.cache is CacheMode.ENCODED
+    assert small.plan.cache_fallback is CacheFallback.TOO_LARGE
+    assert cache_of(ram_budget=1000).choices.cache is CacheMode.NONE
+    assert cache_of(cache=False).choices.cache is CacheMode.NONE
     path = tmp_path / "cache" / "train"
     path.parent.mkdir()
     builder = PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, cache=str(path),
@@ -376,7 +380,7 @@ def test_pipeline_under_mirrored_strategy_on_two_logical_cpus(indexed_png_datase
 def test_device_crop_ships_margin_squares_for_the_model_to_crop(indexed_png_dataset):
     builder = PipelineBuilder(indexed_png_dataset, batch_size=8, training=True, image_size=24,
                               random_crop="device", seed=0)
-    assert "tfopt.Augment(output_size=(24, 24), random_crop=True)" in builder.choices.describe()
+    assert builder.plan.device_crop and builder.plan.model_side == 24
     images, labels = next(iter(builder.build()))
     assert images.shape == (8, 27, 27, 3)  # 24 x 256/224, the whole central square
     for image, label in zip(images.numpy(), labels.numpy(), strict=True):
@@ -430,7 +434,7 @@ def test_an_input_context_plans_the_same_inside_and_outside_a_strategy_scope(
     script = TWO_LOGICAL_CPUS + textwrap.dedent(f"""
         import dataclasses
         from tfopt.data.pipeline import PipelineBuilder
-        from tfopt.data.plan import DistributionSource
+        from tfopt.data.plan_types import DistributionSource
         strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
         def make(**kwargs):
             # a fixed RAM budget: the default follows MemAvailable, read at each construction,
@@ -453,8 +457,8 @@ def test_an_input_context_plans_the_same_inside_and_outside_a_strategy_scope(
             "drop": [outside.plan.drop_remainder, outside_none.plan.drop_remainder],
             "context": [outside_ctx.plan.workers, outside_ctx.plan.worker_index,
                         outside_ctx.plan.replicas, outside_ctx.plan.sharding.value],
-            "describe": [b.choices.describe().split("distribution ")[1].split(chr(10))[0]
-                         for b in (inside, inside_ctx, inside_none)],
+            "distribution": [[b.plan.replicas, b.plan.workers, b.plan.distribution.value]
+                             for b in (inside, inside_ctx, inside_none)],
         }}))
     """)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
@@ -464,10 +468,9 @@ def test_an_input_context_plans_the_same_inside_and_outside_a_strategy_scope(
     assert found["strategy_same"] and found["context_same"] and found["active_as_given"]
     assert found["no_scope_differs"] and found["drop"] == [True, False]
     assert found["context"] == [2, 1, 4, "file"]
-    assert found["describe"][0].startswith("2 replica(s) in sync, 1 worker(s): from the "
-                                           "strategy given")
-    assert "InputContext given" in found["describe"][1]
-    assert "read once at construction" in found["describe"][2]
+    assert found["distribution"] == [[2, 1, DistributionSource.STRATEGY.value],
+                                     [4, 2, DistributionSource.INPUT_CONTEXT.value],
+                                     [2, 1, DistributionSource.ACTIVE.value]]
 
 
 def test_an_input_context_of_another_type_is_refused(indexed_png_dataset):

@@ -1,6 +1,6 @@
 """The planner on hand-made facts, without TensorFlow: cache against the RAM budget, shuffle
 buffer, determinism, repeat, drop_remainder with replicas, sharding, prefetch to the device,
-decoding, and the rendered choices."""
+decoding, the rendered choices, and the notes and advice written from a plan."""
 
 from __future__ import annotations
 
@@ -14,20 +14,21 @@ from tfopt.data.plan import (
     CACHE_SHARE,
     MAX_SHUFFLE_ELEMENTS,
     MIN_AUTOTUNE_RAM,
+    CacheFallback,
     CacheMode,
+    choose_decode,
+    plan,
+)
+from tfopt.data.plan_notes import partial_pass_note, stall_advice
+from tfopt.data.plan_types import (
     DecodeStrategy,
+    DistributionSource,
     Facts,
     Prefetch,
     Sharding,
-    choose_decode,
-    estimate_records,
-    fill_batches,
-    partial_pass_note,
     pass_records,
-    plan,
-    records_per_block,
-    stall_advice,
 )
+from tfopt.data.sizes import estimate_records, fill_batches, records_per_block
 from tfopt.errors import InvalidArgumentError
 
 MIB = 1 << 20
@@ -58,9 +59,11 @@ def test_cache_follows_the_ram_budget():
     # too small for decoded images, large enough for the encoded records
     small = plan(train(ram_budget=int(IMAGES.total_bytes / CACHE_SHARE) + 1), IMAGES)
     assert small.cache is CacheMode.ENCODED and small.cache_estimate_bytes == IMAGES.total_bytes
+    assert small.cache_fallback is CacheFallback.TOO_LARGE
     assert "decoded data not cached: it would not fit the RAM budget (572 MiB)" in small.notes[0]
     none = plan(train(ram_budget=10 * MIB), IMAGES)
-    assert none.cache is CacheMode.NONE and none.notes == (
+    assert none.cache is CacheMode.NONE and none.cache_fallback is CacheFallback.NOTHING_FITS
+    assert none.notes == (
         "the data does not fit the RAM budget: no cache",)
     # evaluation caches final images: 1,000 x 224 x 224 x 3 bytes
     final = plan(evaluation(), IMAGES)
@@ -90,6 +93,7 @@ def test_a_manifest_less_image_source_caches_its_records():
     unknown = dataclasses.replace(IMAGES, records=None)
     resolved = plan(train(), unknown)
     assert resolved.cache is CacheMode.ENCODED
+    assert resolved.cache_fallback is CacheFallback.SIZE_UNKNOWN
     assert "its size is unknown without a manifest" in resolved.notes[0]
     assert resolved.steps_per_epoch is None and not resolved.known_length
 
@@ -257,6 +261,7 @@ def test_choices_render_the_plan():
     assert choices.auto_shard == ("by file: worker 0 of 2 reads its own 5 of the 10 shards "
                                   "(tf.data's auto-shard off)")
     assert choices.prefetch == "to /gpu:0 (prefetch_to_device)"
+    assert choices.parallel_calls.startswith("8 (one per core")
     assert choices.notes[-1] == "one more note"
     described = choices.describe()
     assert "parse        parse_example once per 10 records (vectorised)" in described
@@ -267,6 +272,17 @@ def test_choices_render_the_plan():
     one = PipelineChoices.of(plan(train(), dataclasses.replace(IMAGES, files=1)))
     assert one.auto_shard == "DATA when run by several workers (one shard)"
     assert one.prefetch == "autotuned, in host memory"
+
+
+def test_the_distribution_line_says_where_the_facts_were_read():
+    def line(source):
+        facts = dataclasses.replace(IMAGES, replicas=2, strategy=True, distribution=source)
+        return PipelineChoices.of(plan(train(), facts)).distribution
+
+    assert line(DistributionSource.STRATEGY).startswith(
+        "2 replica(s) in sync, 1 worker(s): from the strategy given")
+    assert "InputContext given" in line(DistributionSource.INPUT_CONTEXT)
+    assert "read once at construction" in line(DistributionSource.ACTIVE)
 
 
 def test_the_order_line_says_what_each_epoch_draws_anew():
@@ -280,7 +296,7 @@ def test_the_order_line_says_what_each_epoch_draws_anew():
         "order shuffled after the cache each epoch (files read in a fixed order)")
     assert order(train(cache=False)).endswith("order files and records shuffled each epoch")
     # the maps' parallelism is the plan's, one thread per core
-    assert PipelineChoices.of(plan(train(), IMAGES)).parallel_calls.startswith("8 (one per core")
+    assert plan(train(), IMAGES).parallel_calls == 8
 
 
 # 360 camera photos (issue: 2000-4000 px), 3,000x2,250 on average, the smallest 2,000 px on its
@@ -298,7 +314,7 @@ def test_camera_photos_are_cached_at_the_scale_they_are_decoded_for_the_cache():
     assert resolved.decode.ratio == 4
     assert resolved.cache is CacheMode.DECODED
     assert resolved.cache_estimate_bytes == int(360 * 3000 * 2250 / 16 * 3)
-    assert not any("not cached" in note for note in resolved.notes)
+    assert resolved.cache_fallback is None
     # the shuffle buffer holds the reduced images too: 32 MiB of them (26), not one
     # full-size photo, raised to one batch (tfopt.rules.min_shuffle_records)
     assert (32 << 20) // int(3000 * 2250 / 16 * 3) == 26
@@ -342,6 +358,21 @@ def test_stall_advice_names_the_decode_the_cache_decision_and_the_stored_size():
     cached = stall_advice(plan(train(), IMAGES), IMAGES)
     assert "--max-size" not in cached and "the decoded data is cached" in cached
     assert "the cache is off" in stall_advice(plan(train(cache=False), IMAGES), IMAGES)
+
+
+def test_the_plan_carries_what_its_advice_is_written_from():
+    # large photos for a 224-px model: the shared store-smaller rule's verdict, typed
+    tight = plan(train(ram_budget=200 * MIB), PHOTOS)
+    assert tight.model_side == 224 and tight.best_cache is CacheMode.DECODED
+    assert tight.store_smaller.model_side == 224 and tight.store_smaller.max_size == 448
+    assert plan(train(), IMAGES).store_smaller is None  # near the model's size
+    assert plan(evaluation(), IMAGES).best_cache is CacheMode.FINAL
+    table = plan(PipelineConfig(batch_size=32), TABLE)
+    assert table.model_side is None and table.store_smaller is None
+    assert table.best_cache is CacheMode.ENCODED
+    # random crops left to the device: the model gets the crops, not the margin squares
+    device = plan(train(image_size=(24, 24), random_crop="device"), IMAGES)
+    assert device.output_size == (27, 27) and device.model_side == 24
 
 
 def test_no_estimate_note_when_the_cache_is_off():

@@ -12,11 +12,10 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from tfopt._supervisor import WorkerStartError
 from tfopt.cli.launch import launch
 from tfopt.distribute.cluster import cluster_tf_configs, free_port_count
 from tfopt.distribute.launch import launch_workers
-from tfopt.errors import InvalidArgumentError
+from tfopt.errors import InvalidArgumentError, WorkerStartError
 
 PY = sys.executable
 
@@ -330,7 +329,7 @@ def test_the_open_file_limit_bounds_the_workers_and_the_error_says_what_to_do(tm
     marker = tmp_path / "started"
     code = textwrap.dedent(f"""
         import resource, sys
-        from tfopt._supervisor import WorkerStartError
+        from tfopt.errors import WorkerStartError
         from tfopt.distribute.launch import launch_workers
         hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
         resource.setrlimit(resource.RLIMIT_NOFILE, (128, hard))

@@ -57,8 +57,8 @@ def only(checks, name=None):
 
 def test_python_version():
     assert only(doctor.check_python(facts())).status is OK
-    old = only(doctor.check_python(facts(python_version=(3, 9, 18))))
-    assert old.status is FAIL and "3.10" in old.recommendation
+    old = only(doctor.check_python(facts(python_version=(3, 10, 14))))
+    assert old.status is FAIL and "3.11" in old.recommendation
 
 
 def test_tensorflow_and_keras_ok():
@@ -303,3 +303,13 @@ def test_run_doctor_gathers_through_fake_nvml_without_tensorflow():
     assert by_name["GPU 0 arch"].status is OK and "8.9" in by_name["GPU 0 arch"].summary
     assert by_name["TensorFlow"].status is SKIP
     assert fake.init_count == 0
+
+
+def test_the_python_floor_is_setup_cfgs():
+    import configparser
+    from pathlib import Path
+
+    config = configparser.ConfigParser()
+    config.read(Path(__file__).resolve().parents[2] / "setup.cfg")
+    floor = config["options"]["python_requires"].strip().removeprefix(">=")
+    assert ".".join(map(str, doctor.MIN_PYTHON)) == floor

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = textwrap.dedent("""
     import json, os, sys
     import numpy as np
+    from tfopt._internals.keras_model import initial_epoch
     from tfopt._tf import import_tensorflow
     import_tensorflow()
     import keras
@@ -73,7 +74,7 @@ SCRIPT = textwrap.dedent("""
 
     class Stop(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):
-            result["restored_epoch"] = int(self.model._initial_epoch)
+            result["restored_epoch"] = initial_epoch(self.model)
             result["restored_equal"] = all(
                 np.array_equal(a, b) for a, b in zip(self.model.get_weights(), fill.kept))
             raise KeyboardInterrupt

@@ -1,4 +1,4 @@
-"""make_demo_data and convert from any main module (tfopt/_supervisor.worker_context): a script
+"""make_demo_data and convert from any main module (tfopt/_spawn.worker_context): a script
 without an ``if __name__ == "__main__":`` guard, ``python -`` (the script on stdin),
 ``python -c``, ``python -m`` and a Jupyter-like ``__main__`` (no ``__file__``). Their worker
 processes do not import the caller's main module again, which would run the work again in each

@@ -33,6 +33,7 @@ from tfopt.train.backup_store import BackupStore, StoreError, VersionState  # no
 SCRIPT = textwrap.dedent("""
     import os, signal, sys, time
     import numpy as np
+    from tfopt._internals.keras_model import initial_epoch
     from tfopt._tf import import_tensorflow
     tf = import_tensorflow()
     import keras
@@ -69,7 +70,7 @@ SCRIPT = textwrap.dedent("""
 
     class Restored(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):
-            print("START", int(self.model._initial_epoch or 0), restore.restored_from,
+            print("START", initial_epoch(self.model), restore.restored_from,
                   flush=True)
             np.savez(out, *model.get_weights())
 

@@ -80,7 +80,7 @@ def test_steps_per_execution_counts_every_step(tf, steps_per_execution):
     assert len(calls) == 16 // steps_per_execution
     assert throughput.timer.summary().steps == 16
     assert throughput.timer.summary().examples == 16  # the callback passes 1, scaled at epoch end
-    assert stall.meter._calls._steps_run == 16
+    assert stall.meter.steps_run == 16
 
 
 def test_batch_size_inferred_from_probe_counts_partial_batches(tf):

@@ -305,9 +305,10 @@ def _prefix_costs(found, rates, ratios) -> list[float | None]:
 
     A longer prefix does all the work of a shorter one, so where it measures cheaper the
     shorter one's figure is overhead of measuring it: one by one, unbatched rows cost the
-    iterator per row (slices under a batch of 64 once read as 10x the batches' cost and made
-    the source the bottleneck). A cache is the exception, its later passes really are cheaper
-    than the stages under it, so no cost above a cache caps one below it.
+    iterator per row (slices under a batch, pulled one by one, read as costlier than the
+    batches made of them and made the source the bottleneck). A cache is the exception, its
+    later passes really are cheaper than the stages under it, so no cost above a cache caps one
+    below it.
     """
     costs: list[float | None] = [ratios[i] / rate if rate > 0 else None
                                  for i, rate in enumerate(rates)]
@@ -326,7 +327,8 @@ def _stages(found, rates, reading, cardinalities=None, specs=None, ordered=True,
     """Report stages from graph stages, prefix rates and the model's nodes.
 
     A model node's self time is wall clock summed over its threads, and takes in time they
-    wait (a parallel interleave's read 3-7x the thread time its prefix's rate leaves here):
+    wait (a parallel interleave's read sums its threads' waits on files, several times the
+    thread time its prefix's rate leaves):
     with ``cores``, it is capped at what the prefix's measured rate allows on the threads the
     stage can run on (``cores`` if it can run in parallel, else one).
     """

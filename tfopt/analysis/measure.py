@@ -1,10 +1,11 @@
 """Measured rates, drained in-graph: elements per second of a dataset for a time budget.
 
-Python's ``next()`` costs 70-200 us per element, more than many stages; here a ``tf.function``
-pulls ``chunk`` elements per call in a ``tf.while_loop`` (``get_next_as_optional``, so a finite
-dataset ends cleanly), the chunk grows until a call takes about 20 ms, and the rate is counted
-after a warm-up (buffers filling, AUTOTUNE's first choices); the budget starts at the first
-element. An infinite ``repeat()`` is fine: the budget ends the draining, not the data.
+Python's ``next()`` costs more per element than many stages do, so a ``tf.function`` pulls
+``chunk`` elements per call in a ``tf.while_loop`` (``get_next_as_optional``, so a finite
+dataset ends cleanly), the chunk grows until a call is long enough that the call's own cost is
+lost in it (``_CALL_SECONDS``), and the rate is counted after a warm-up (buffers filling,
+AUTOTUNE's first choices); the budget starts at the first element. An infinite ``repeat()``
+is fine: the budget ends the draining, not the data.
 """
 
 from __future__ import annotations
@@ -50,13 +51,13 @@ def drain(iterator, seconds: float, clock=time.perf_counter,
     after the warm-up (``warmup`` seconds, default 30% of ``seconds``; the budget then runs on
     after it)."""
     # trace for this iterator's elements before the clock starts: a prefix that ends within
-    # the warm-up (a list of a few files) is timed whole, and tracing took 0.3 s of it here
+    # the warm-up (a list of a few files) is timed whole, and tracing would be most of it
     _drain(iterator, tf.constant(0, tf.int64))
     begin = clock()
     total, done = (int(value) for value in _drain(iterator, tf.constant(1, tf.int64)))
-    # the budget starts at the first element: the wait for it (a shuffle buffer filling, 0.4 s
-    # for a repeated shuffle of records here) is start-up, and a share shorter than the wait
-    # once measured one element in it, a rate of 2 records a second
+    # the budget starts at the first element: the wait for it (a shuffle buffer filling) is
+    # start-up, and a budget that counted it could end within the wait and count a single
+    # element, a rate that says nothing of the pipeline
     start = clock()
     if done:
         return Measurement(total, max(start - begin, 1e-9), True, total, start - begin)
@@ -108,23 +109,23 @@ def whole_passes(dataset, seconds: float, skip: int = 0, clock=time.perf_counter
     pulling element by element costs more per element than many stages do.
 
     A rate read inside one pass is not the pass's rate: a shuffle yields nothing while its
-    buffer fills and then empties it without waiting on its input (a decode-bound pipeline
-    measured 2.2x its epoch rate in a window late in the pass).
+    buffer fills and then empties it without waiting on its input (a window late in a pass of
+    a decode-bound pipeline reads well above its epoch rate).
     """
     if int(dataset.cardinality()) == tf.data.INFINITE_CARDINALITY:
         # no pass ends: drained instead (a caller with a cache to fill gives drain a warm-up)
         return drain(iter(dataset), seconds)
     # pulled a batch at a time where every element has a static shape: pulling each element
-    # through get_next_as_optional costs 50-100 us here, which made a prefix of 1,536
-    # sentence pairs read 9,500 elements/s (batched by the pipeline itself: 195,000) and its
-    # source the bottleneck of a translation pipeline whose vectorising map costs 10x more
+    # through get_next_as_optional costs more than a cheap stage's work on it, enough to make
+    # the source of small elements (a translation pipeline's sentence pairs) its bottleneck
+    # when a far costlier map comes after it
     batched = _batched(dataset)
     passes, to_end = (dataset, _to_end) if batched is None else (batched, _rows_to_end)
     if batched is not None:
         # traced and run once for these elements before any clock starts, on an iterator
-        # that yields nothing: a new structure's trace, and its function's first run, took
-        # 0.1-0.3 s here, which once made 39 paths read 223 elements/s, the source the
-        # bottleneck of an image pipeline
+        # that yields nothing: a new structure's trace, and its function's first run, are
+        # start-up, and counted in a short prefix's pass they made a source of a few dozen
+        # paths the bottleneck of an image pipeline
         _drain_rows(iter(batched.take(0)))
     for _ in range(skip):
         to_end(iter(passes))
@@ -133,17 +134,17 @@ def whole_passes(dataset, seconds: float, skip: int = 0, clock=time.perf_counter
         # a pass as long as the budget is counted, not run again; a shorter one is timed again
         # (it was pulled element by element; and every prefix of a pipeline is then timed
         # alike: a cache's filling pass counted for some and not others made a batch after a
-        # cache read 10x costlier than the shuffle under it)
+        # cache read far costlier than the shuffle under it)
         elements, spent = first.total, first.wall
     while spent < seconds or elements == 0:
         start = clock()
         iterator = iter(passes)
         count = to_end(iterator)
         spent += clock() - start
-        # released after the clock stops: with autotuning on, TensorFlow (2.21 here) now and
-        # then blocks an iterator's release until its tuning thread's current sleep ends (the
-        # sleeps double from 10 ms to 60 s), a stall of up to the pass's own length that says
-        # nothing of the pipeline: one unchanged pass took 3.3 s or 5.14 s to release
+        # released after the clock stops: with autotuning on, TensorFlow (2.21) now and then
+        # blocks an iterator's release until its tuning thread's current sleep ends (the
+        # sleeps double, up to a minute), a stall of up to the pass's own length that says
+        # nothing of the pipeline
         del iterator
         elements += count
         if count == 0:

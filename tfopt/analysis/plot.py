@@ -1,7 +1,8 @@
 """The analysis as a chart: one bar per stage, the rate of output elements that stage alone
 allows as written, beside the ceiling and the measured rate. SVG (no dependency) or PNG
 (matplotlib, the optional ``plot`` extra), chosen by the file's suffix and written atomically.
-TensorFlow-free: it draws a :class:`~tfopt.analysis.report.PipelineReport`.
+TensorFlow-free: it draws a :class:`~tfopt.analysis.report.PipelineReport`, reading only what
+:class:`ChartedReport` names (it imports no report: ``PipelineReport.plot`` calls it).
 
 A stage's bar is ``min(p, C) / cost``, the model's bound on the output rate from that stage (see
 ``tfopt/analysis/advice.py``); the shortest bar is the bottleneck unless the cores bind, in
@@ -19,14 +20,16 @@ from __future__ import annotations
 import html
 import math
 from pathlib import Path
+from typing import Protocol
 
 from tfopt._plot import new_figure, plot_format, save_png, write_svg
 from tfopt.analysis.advice import bound_as_written
-from tfopt.analysis.report import PipelineReport, _num
+from tfopt.analysis.findings import Stage
+from tfopt.analysis.formatting import format_number
 from tfopt.errors import InvalidArgumentError
 
-__all__ = ["report_svg", "stage_rates", "write_report_plot", "write_report_png",
-           "write_report_svg"]
+__all__ = ["ChartedReport", "report_svg", "stage_rates", "write_report_plot",
+           "write_report_png", "write_report_svg"]
 
 _WIDTH = 640
 _ROW, _BAR = 26, 16  # px per stage, px of its bar
@@ -36,7 +39,17 @@ _BAR_COLOUR, _BOTTLENECK_COLOUR = "#1f77b4", "#d62728"
 _CEILING_COLOUR, _MEASURED_COLOUR = "#2ca02c", "#ff7f0e"
 
 
-def stage_rates(report: PipelineReport) -> list[tuple[str, float | None]]:
+class ChartedReport(Protocol):
+    """What the chart reads of a :class:`~tfopt.analysis.report.PipelineReport`."""
+
+    stages: tuple[Stage, ...]
+    bottleneck: str | None
+    ceiling_per_s: float | None
+    rate_per_s: float
+    cores: int
+
+
+def stage_rates(report: ChartedReport) -> list[tuple[str, float | None]]:
     """(label, output elements/s the stage allows as written) per stage, source first; None
     where the stage's cost is unknown or zero (no bound)."""
     out = []
@@ -46,7 +59,7 @@ def stage_rates(report: PipelineReport) -> list[tuple[str, float | None]]:
     return out
 
 
-def _lines(report: PipelineReport) -> list[tuple[str, float]]:
+def _lines(report: ChartedReport) -> list[tuple[str, float]]:
     """The vertical lines that can be drawn on a log axis: ("ceiling", x), ("measured", x)."""
     out = []
     for name, value in (("ceiling", report.ceiling_per_s), ("measured", report.rate_per_s)):
@@ -78,14 +91,14 @@ def _ticks(low: int, high: int) -> list[int]:
     return list(range(low, high + 1, step))
 
 
-def _title(report: PipelineReport, title: str | None) -> str:
+def _title(report: ChartedReport, title: str | None) -> str:
     if title:
         return title
     return (f"tfopt analyze: bottleneck {report.bottleneck}" if report.bottleneck
             else "tfopt analyze: no bottleneck found")
 
 
-def _axis_label(report: PipelineReport) -> str:
+def _axis_label(report: ChartedReport) -> str:
     return (f"output elements/s each stage allows as written, {report.cores} core(s) "
             "(log scale)")
 
@@ -94,12 +107,12 @@ def _short(label: str) -> str:
     return label if len(label) <= _LABEL_CHARS else label[:_LABEL_CHARS - 1] + "\u2026"
 
 
-def _check(report: PipelineReport) -> None:
+def _check(report: ChartedReport) -> None:
     if not report.stages:
         raise InvalidArgumentError("the report has no stages to plot")
 
 
-def report_svg(report: PipelineReport, title: str | None = None) -> str:
+def report_svg(report: ChartedReport, title: str | None = None) -> str:
     """The chart as an SVG document (a string).
 
     Bars are ``<rect class="bar">`` (``class="bar bottleneck"`` for the bottleneck) with the
@@ -158,8 +171,8 @@ def report_svg(report: PipelineReport, title: str | None = None) -> str:
             f'<rect class="bar{" bottleneck" if bottleneck else ""}" '
             f'data-stage="{html.escape(label)}" x="{left}" y="{middle - _BAR / 2:.1f}" '
             f'width="{x(rate) - left:.2f}" height="{_BAR}" fill="{colour}">'
-            f'<title>{html.escape(label)}: {_num(rate)} output elements/s</title></rect>')
-        values.append(text(x(rate) + 4, middle + 4, f"{_num(rate)}/s", extra=weight))
+            f'<title>{html.escape(label)}: {format_number(rate)} output elements/s</title></rect>')
+        values.append(text(x(rate) + 4, middle + 4, f"{format_number(rate)}/s", extra=weight))
     parts.append(f'<line x1="{left}" y1="{_TOP}" x2="{left}" y2="{bottom}" stroke="black"/>')
     parts.append(f'<line x1="{left}" y1="{bottom}" x2="{left + width}" y2="{bottom}" '
                  'stroke="black"/>')
@@ -172,18 +185,18 @@ def report_svg(report: PipelineReport, title: str | None = None) -> str:
         # the labels sit above the bars, one row each, so close lines do not overprint
         anchor = "end" if at > left + width * 0.75 else "start"
         parts.append(text(at + (-4 if anchor == "end" else 4), 40 + 14 * row,
-                          f"{name} {_num(value)}/s", anchor, f' fill="{colours[name]}"'))
+                          f"{name} {format_number(value)}/s", anchor, f' fill="{colours[name]}"'))
     parts += values
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 
 
-def write_report_svg(path, report: PipelineReport, title: str | None = None) -> Path:
+def write_report_svg(path, report: ChartedReport, title: str | None = None) -> Path:
     """Write :func:`report_svg` to ``path`` atomically (temporary name, fsync, rename)."""
     return write_svg(path, report_svg(report, title))
 
 
-def write_report_png(path, report: PipelineReport, title: str | None = None) -> Path:
+def write_report_png(path, report: ChartedReport, title: str | None = None) -> Path:
     """Draw the chart as a PNG with matplotlib (the optional ``plot`` extra), atomically.
 
     Raises:
@@ -203,13 +216,13 @@ def write_report_png(path, report: PipelineReport, title: str | None = None) -> 
         bottleneck = label == report.bottleneck
         axes.barh(row, rate - start, left=start, height=0.6,
                   color=_BOTTLENECK_COLOUR if bottleneck else _BAR_COLOUR)
-        axes.text(rate * 1.05, row, f"{_num(rate)}/s", va="center", fontsize=9,
+        axes.text(rate * 1.05, row, f"{format_number(rate)}/s", va="center", fontsize=9,
                   fontweight="bold" if bottleneck else "normal")
     colours = {"ceiling": _CEILING_COLOUR, "measured": _MEASURED_COLOUR}
     for name, value in lines:
         axes.axvline(value, color=colours[name], linewidth=2,
                      linestyle="--" if name == "ceiling" else "-",
-                     label=f"{name} {_num(value)}/s")
+                     label=f"{name} {format_number(value)}/s")
     axes.set_xscale("log")
     axes.set_xlim(start, 10.0 ** high)
     axes.set_yticks(range(len(rates)), [_short(label) for label, _ in rates])
@@ -229,7 +242,7 @@ def write_report_png(path, report: PipelineReport, title: str | None = None) -> 
 _PLOT_WRITERS = {"svg": write_report_svg, "png": write_report_png}
 
 
-def write_report_plot(path, report: PipelineReport, title: str | None = None) -> Path:
+def write_report_plot(path, report: ChartedReport, title: str | None = None) -> Path:
     """Write the chart as SVG or PNG, chosen by ``path``'s suffix.
 
     Raises:

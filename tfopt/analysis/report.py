@@ -12,60 +12,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-
-@dataclass(frozen=True)
-class Stage:
-    """One stage of the pipeline, source first."""
-
-    index: int
-    op: str  # the graph's op, e.g. "ParallelMapDatasetV2"
-    name: str | None  # the user's name=, None where none was given
-    parallelism: int | None  # what the graph asks for: -1 AUTOTUNE, None sequential
-    runtime_parallelism: int | None  # what runs: AUTOTUNE's choice, or a rewrite's (model)
-    self_time_s: float | None  # own processing time per own element (model, wall clock)
-    per_core_rate: float | None  # own elements per second of one core (1 / self time)
-    prefix_rate: float | None  # measured elements/s of the pipeline cut after this stage
-    elements_per_output: float  # own elements per output element (a batch of 8: 8 below it)
-    bytes_per_element: float | None
-    random: bool  # shuffles, or its function draws random numbers
-    python: bool  # its function runs Python (py_function, numpy_function, from_generator)
-    heavy_ops: tuple[str, ...] = ()  # e.g. ("DecodeJpeg",)
-    fused: bool = False  # TensorFlow runs it inside the next stage (map + batch)
-    cardinality: int | None = None  # elements of the prefix ending here: -1 infinite, None unknown
-    batch_size: int | None = None  # batch stages: elements in per element out
-    buffer_size: int | None = None  # shuffles: the buffer's elements
-    deterministic: bool | None = None  # parallel stages: yields in order (None: not parallel)
-    item_bytes: int | None = None  # the smallest itemsize among its output's numeric tensors
-    image_side: int | None = None  # the longer static side of an image tensor in its output
-    # decoding stages: the mean (height, width) of the stored images it decodes, read from the
-    # headers of a few of its input elements (encoded images, or paths of image files)
-    stored_size: tuple[int, int] | None = None
-
-    @property
-    def label(self) -> str:
-        """The user's name, else a short op name with the stage's index (``map#2``)."""
-        if self.name:
-            return self.name
-        op = self.op.replace("Dataset", "")
-        op = op[:-2] if op[-2:-1] == "V" and op[-1].isdigit() else op
-        if op[1:2].islower():  # MapDataset -> map#2; TFRecordDataset -> TFRecord#0
-            op = op[:1].lower() + op[1:]
-        return f"{op}#{self.index}"
-
-    @property
-    def cost_s(self) -> float:
-        """CPU seconds this stage spends per output element (0 where unknown)."""
-        if self.self_time_s is None:
-            return 0.0
-        return self.self_time_s * self.elements_per_output
-
-
-@dataclass(frozen=True)
-class Recommendation:
-    kind: str  # "parallelize", "prefetch", ...
-    stage: str  # the stage's label
-    expected_speedup: float  # the model's output rate after / before
-    message: str  # a sentence a user can act on
+from tfopt.analysis.findings import Recommendation, Stage
+from tfopt.analysis.formatting import format_number
 
 
 @dataclass(frozen=True)
@@ -149,16 +97,17 @@ class PipelineReport:
                 ["random"] if s.random else []) + (["python"] if s.python else []) + (
                 ["fused into next"] if s.fused else []) + (
                 ["bottleneck"] if s.label == self.bottleneck else [])
-            rows.append((str(s.index), s.label, s.op, _parallel(s), _num(s.self_time_s, 1e6),
-                         _num(s.per_core_rate), _num(s.prefix_rate), f"{s.elements_per_output:g}",
-                         _num(s.bytes_per_element), "; ".join(notes)))
+            rows.append((str(s.index), s.label, s.op, _parallel(s),
+                         format_number(s.self_time_s, 1e6), format_number(s.per_core_rate),
+                         format_number(s.prefix_rate), f"{s.elements_per_output:g}",
+                         format_number(s.bytes_per_element), "; ".join(notes)))
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
                  for r in [header, *rows]]
         lines.append(f"measured {self.rate_per_s:,.1f} elements/s on {self.cores} core(s); model "
-                     f"{_num(self.predicted_per_s)}/s as written, ceiling "
-                     f"{_num(self.ceiling_per_s)}/s with ideal parallelism; bottleneck: "
-                     f"{self.bottleneck or 'none found'}")
+                     f"{format_number(self.predicted_per_s)}/s as written, ceiling "
+                     f"{format_number(self.ceiling_per_s)}/s with ideal parallelism; "
+                     f"bottleneck: {self.bottleneck or 'none found'}")
         lines += [f"note: {note}" for note in self.notes]
         for r in self.recommendations:
             lines.append(f"{r.kind} ({r.stage}, x{r.expected_speedup:.2f}): {r.message}")
@@ -173,13 +122,6 @@ def _parallel(stage: Stage) -> str:
     if stage.runtime_parallelism is None:
         return graph
     return f"{graph}->{stage.runtime_parallelism}"
-
-
-def _num(value, scale: float = 1.0) -> str:
-    if value is None or not math.isfinite(value):
-        return "-"
-    value *= scale
-    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def _finite(value):

@@ -1,10 +1,10 @@
-"""The private TensorFlow APIs tfopt's analysis uses, in one place, pinned to tested versions.
+"""The low-level TensorFlow APIs tfopt's analysis uses, in one place, pinned to tested versions.
 
 ``tf.raw_ops.DatasetToGraphV2`` (serialise a dataset's graph), ``tf.raw_ops.DatasetFromGraph``
 (rebuild one), ``tf.raw_ops.DummyMemoryCache`` and ``tf.raw_ops.DummySeedGenerator`` (fresh
-resources for a rebuilt cache or shuffle), ``Dataset._variant_tensor``,
-``tf.data.experimental.from_variant``, ``tf.data.experimental.get_model_proto`` (what
-AUTOTUNE measured and chose) and ``op_def_registry`` (which ops are stateful). Each is
+resources for a rebuilt cache or shuffle), ``tf.data.experimental.from_variant`` and
+``tf.data.experimental.get_model_proto`` (what AUTOTUNE measured and chose); the private names
+it needs (a dataset's variant tensor, the op registry) go through ``tfopt._internals``. Each is
 exercised by ``tests/analysis/test_tfapi.py``, so a TensorFlow upgrade that breaks one fails
 there first. On a TensorFlow outside :data:`TESTED_TENSORFLOW` the analysis runs with a
 warning; where one of them is gone it stops with :class:`~tfopt.errors.UnsupportedDatasetError`
@@ -17,14 +17,11 @@ import logging
 
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
-from tensorflow.python.framework import op_def_registry
 
+from tfopt._internals import TESTED_TENSORFLOW, InternalsChangedError, tf_runtime
 from tfopt.errors import UnsupportedDatasetError
 
 logger = logging.getLogger("tfopt")
-
-# TensorFlow releases (major.minor) on which tests/analysis passes.
-TESTED_TENSORFLOW = ("2.21",)
 
 _RAW_OPS = ("DatasetToGraphV2", "DatasetFromGraph", "DummyMemoryCache", "DummySeedGenerator")
 _EXPERIMENTAL = ("from_variant", "get_model_proto")
@@ -49,13 +46,13 @@ def check_tensorflow() -> None:
 
 
 def variant_tensor(dataset: tf.data.Dataset) -> tf.Tensor:
-    """The dataset's variant tensor (``Dataset._variant_tensor``)."""
+    """The dataset's variant tensor (the handle its graph is serialised from)."""
     try:
-        return dataset._variant_tensor
-    except AttributeError:
+        return tf_runtime.variant_tensor(dataset)
+    except InternalsChangedError as error:
         raise UnsupportedDatasetError(
-            f"{type(dataset).__name__} has no _variant_tensor; tfopt.analyze is tested on "
-            f"TensorFlow {', '.join(TESTED_TENSORFLOW)}") from None
+            f"{type(dataset).__name__}: {error.name} {error.problem}; tfopt.analyze is tested "
+            f"on TensorFlow {', '.join(TESTED_TENSORFLOW)}") from None
 
 
 def serialize(dataset: tf.data.Dataset) -> graph_pb2.GraphDef:
@@ -102,8 +99,7 @@ def fresh_resource_op(consumer_op: str) -> str | None:
 def is_stateful(op: str) -> bool:
     """Whether TensorFlow registers ``op`` as stateful (False for an op it does not know, such
     as a function called by its name)."""
-    op_def = op_def_registry.get(op)
-    return bool(op_def is not None and op_def.is_stateful)
+    return tf_runtime.is_stateful_op(op)
 
 
 def first_line(error: Exception) -> str:

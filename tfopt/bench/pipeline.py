@@ -34,7 +34,7 @@ from tfopt.analysis.report import PipelineReport
 from tfopt.bench.baselines import guide_dataset, keras_folder_dataset, limit_dataset, naive_dataset
 from tfopt.bench.service_workers import MAX_SERVICE_WORKERS, local_services
 from tfopt.data.pipeline import PipelineBuilder
-from tfopt.data.plan import fill_batches
+from tfopt.data.sizes import fill_batches
 from tfopt.errors import InvalidArgumentError, UnsupportedDatasetError
 from tfopt.records.format.tfrecord import count_records
 from tfopt.records.manifest import MANIFEST_NAME, read_manifest

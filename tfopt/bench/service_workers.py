@@ -39,9 +39,9 @@ from tfopt.errors import TfoptError
 
 logger = logging.getLogger("tfopt")
 
-MAX_SERVICE_WORKERS = 8  # per count: each worker is a TensorFlow process, ~570 MB resident idle
-START_TIMEOUT = 120.0  # seconds for a server to import TensorFlow and print its address; 5-15 s
-#                        here, more while several start at once on 2 cores
+MAX_SERVICE_WORKERS = 8  # per count: each worker is a whole TensorFlow process, even idle
+START_TIMEOUT = 120.0  # seconds for a server to import TensorFlow and print its address: far
+#                        beyond one start, which slows while several start at once
 # seconds between SIGTERM and SIGKILL: a server gives itself service.STOP_GRACE to stop
 STOP_GRACE = service.STOP_GRACE + 3.0
 

@@ -35,7 +35,8 @@ from tfopt._system import usable_cores
 from tfopt._validate import choice, flag, optional_whole_number, whole_number
 from tfopt.bench.baselines import naive_dataset
 from tfopt.data.pipeline import PipelineBuilder
-from tfopt.data.plan import CacheMode, pass_records
+from tfopt.data.plan import CacheMode
+from tfopt.data.plan_types import pass_records
 from tfopt.data.source import PipelineSource
 from tfopt.errors import InvalidArgumentError, MissingSplitError
 from tfopt.models import (

@@ -28,9 +28,14 @@ def load_dataset(target: str):
     if spec is None or spec.loader is None:
         raise InvalidArgumentError(f"{path_text!r}: not a Python file")
     module = importlib.util.module_from_spec(spec)
+    # registered as an import would be: AutoGraph finds a lambda's source through
+    # sys.modules (inspect.getmodule), and without it warns "could not transform ... Please
+    # report this to the TensorFlow team" and runs the lambda unconverted
+    sys.modules[spec.name] = module
     try:
         spec.loader.exec_module(module)
     except Exception as error:  # the user's file: report it in one line
+        sys.modules.pop(spec.name, None)
         raise InvalidArgumentError(
             f"{path_text}: importing it raised {type(error).__name__}: "
             f"{str(error).splitlines()[0] if str(error) else ''}") from None

@@ -16,7 +16,8 @@ def bench():
 def _worker_counts(ctx, param, value):
     if not value:
         return ()
-    # imported here: the service's modules cost every other tfopt command 14 ms at start-up
+    # imported here, not at the top: the service's modules would slow every other tfopt
+    # command's start-up
     from tfopt.bench.service_workers import MAX_SERVICE_WORKERS  # noqa: PLC0415 - no TF
     try:
         counts = tuple(int(part) for part in value.split(","))

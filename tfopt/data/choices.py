@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from tfopt.data.plan import (
-    CacheMode,
+from tfopt.data.plan_types import (
     DecodePlan,
     DistributionSource,
     PipelinePlan,
     Prefetch,
     Sharding,
 )
+from tfopt.rules import CacheMode
 
 _PREFETCH_TEXT = {
     Prefetch.DEVICE: "to /gpu:0 (prefetch_to_device)",
@@ -28,11 +28,13 @@ _PREFETCH_TEXT = {
 class PipelineChoices:
     """What the builder chose, and why: the answer to "what did AUTOTUNE pick?".
 
-    The rendered, serialisable view of a :class:`~tfopt.data.plan.PipelinePlan` (with the
+    The rendered, serialisable view of a :class:`~tfopt.data.plan_types.PipelinePlan` (with the
     cache file's location and the notes only the builder can know): ``describe()`` for
     people, ``to_json()`` for reports. Nothing is decided from it; the builder executes the
-    plan. tf.data's AUTOTUNE still tunes the parallelism and buffer sizes marked "autotuned"
-    at run time, within ``ram_budget``; everything else is fixed by the plan.
+    plan. tf.data's autotuner is off in the builder's pipelines
+    (:data:`tfopt.rules.AUTOTUNE_ENABLED` is False), so the plan fixes the parallelism
+    (``parallel_calls``, ``interleave_cycle``) and the shuffle buffer; only the last prefetch's
+    depth, marked "autotuned", grows at run time, by the prefetch's own tuner.
 
     Attributes:
         files: Shard files in the source.

@@ -26,8 +26,8 @@ from tfopt.data.service import parse_address
 from tfopt.errors import InvalidArgumentError
 
 # convert already shuffled records across shards, and shard order is reshuffled every epoch:
-# 32 MiB of buffer mixes well and fills in a fraction of a second (a 128 MiB buffer of 66-KB
-# photos delayed the first batch by ~10 % of a 2,700-image epoch here)
+# 32 MiB of buffer mixes well and fills in a fraction of a second, where a buffer several
+# times larger holds the first batch back for a noticeable share of a small epoch
 DEFAULT_SHUFFLE_BYTES = 32 << 20
 
 DEVICE_CROP = "device"  # random_crop="device": the model crops on the accelerator

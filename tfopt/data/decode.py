@@ -1,4 +1,4 @@
-"""Image decoding in graph mode: the strategies a :class:`~tfopt.data.plan.DecodePlan` names.
+"""Image decoding in graph mode: the strategies a :class:`~tfopt.data.plan_types.DecodePlan` names.
 
 The planner chooses the strategy from the target size (:func:`tfopt.data.plan.choose_decode`);
 this module carries it out. Three ways to turn encoded bytes into a fixed-size uint8 image:
@@ -9,7 +9,7 @@ this module carries it out. Three ways to turn encoded bytes into a fixed-size u
 - ``reduced``: a JPEG decodes at 1/2, 1/4 or 1/8 scale when even the reduced image keeps the
   side the plan needs, each at its own ratio (:func:`decode_jpeg_scaled`): the pixel work
   shrinks with the square of the ratio. Entropy decoding does not shrink, so on noisy photos
-  the gain is modest (1.2-1.6x a full decode measured here): never slower, not the lever.
+  the gain is modest: never slower, not the lever.
 - ``plain``: a full decode (PNG, GIF, BMP, mixed formats); JPEGs going whole into the decoded
   cache also take their own reduced scale there.
 
@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfopt.data.plan import EVAL_CROP_FRACTION, JPEG_RATIOS, DecodePlan, DecodeStrategy
+from tfopt.data.plan_types import DecodePlan, DecodeStrategy
+from tfopt.data.sizes import EVAL_CROP_FRACTION, JPEG_RATIOS
 from tfopt.records.image_header import SIGNATURES, ImageFormat
 
 # Random-resized crop as in Inception/ResNet training: 8-100 % of the area, aspect 3/4-4/3.
@@ -61,8 +62,8 @@ def snap_to_block_column(window, width) -> tf.Tensor:
     """Move a crop window's left edge to the nearest JPEG block column that keeps it inside.
 
     TensorFlow's cropped decode starts every row at a block column; when the window does not,
-    it decodes each row into a scratch line and copies it across, which cost about 4 % of a
-    random-resized crop's decode here. Snapping moves a window by at most 8 px (15 where the
+    it decodes each row into a scratch line and copies it across, a copy of every row that a
+    window on a block column does without. Snapping moves a window by at most 8 px (15 where the
     nearest column would push it past the right edge) and keeps its size, so the crops' scale
     and aspect are unchanged.
 
@@ -89,12 +90,11 @@ def central_crop_window(shape, fraction: float = EVAL_CROP_FRACTION) -> tf.Tenso
 
 def resize_uint8(image, target: tuple[int, int]) -> tf.Tensor:
     """Bilinear resize to ``target``, back to uint8 (what the pipeline ships: 4x fewer bytes)."""
-    # TensorFlow's bilinear kernel is faster on float32 than on uint8 input, cast included:
-    # 0.23-0.31 against 0.34-0.39 ms for a random-resized crop to 224 px on one core here,
+    # TensorFlow's bilinear kernel is faster on float32 than on uint8 input, cast included,
     # with the same output pixels (uint8 values are exact in float32)
     resized = tf.image.resize(tf.cast(image, tf.float32), target, method="bilinear")
     # bilinear weights are convex, so values stay in [0, 255]: +0.5 and a truncating cast
-    # round in one pass, where round + saturate_cast take three (~10 % of this stage here)
+    # round in one pass over the image, where round + saturate_cast take three
     return tf.cast(resized + 0.5, tf.uint8)
 
 
@@ -103,7 +103,7 @@ _SCALED_RATIOS = (*JPEG_RATIOS, 1)  # the branches of decode_jpeg_scaled, in thi
 
 def jpeg_ratio_index(height, width, min_side: int) -> tf.Tensor:
     """Index into ``(8, 4, 2, 1)`` of the largest JPEG scale-down that keeps the shorter side
-    >= min_side: :func:`tfopt.data.plan.jpeg_image_ratio` in the graph.
+    >= min_side: :func:`tfopt.data.sizes.jpeg_image_ratio` in the graph.
 
     libjpeg rounds a scaled side up (``ceil(side / ratio)``), and so does this.
     """

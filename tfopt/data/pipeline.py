@@ -24,27 +24,18 @@ import os
 import tensorflow as tf
 
 import tfopt.rules as rules
+from tfopt._internals.tf_runtime import is_default_strategy
 from tfopt._system import available_memory, usable_cores
 from tfopt._validate import choice, known_options, whole_number
 from tfopt.data.cache_keys import cache_location, other_cache_files
 from tfopt.data.choices import PipelineChoices
 from tfopt.data.config import FIELD_NAMES, PipelineConfig, make_config
 from tfopt.data.decode import checked_image, crop_and_resize, decode_full, decode_to_target
-from tfopt.data.plan import (
-    PREFETCH_DEVICE,
-    SERVICE_PROCESSING_MODE,
-    CacheMode,
-    DistributionSource,
-    Facts,
-    PipelinePlan,
-    Prefetch,
-    Sharding,
-    estimate_records,
-    partial_pass_note,
-    plan,
-    stall_advice,
-)
+from tfopt.data.plan import PREFETCH_DEVICE, SERVICE_PROCESSING_MODE, CacheMode, plan
+from tfopt.data.plan_notes import partial_pass_note, stall_advice
+from tfopt.data.plan_types import DistributionSource, Facts, PipelinePlan, Prefetch, Sharding
 from tfopt.data.shard_check import read_limits
+from tfopt.data.sizes import estimate_records
 from tfopt.data.source import (
     ParsedFeature,
     PipelineSource,
@@ -102,9 +93,8 @@ def read_distribution(input_context=None) -> dict:
         active = tf.distribute.has_strategy()
     elif isinstance(input_context, tf.distribute.Strategy):
         strategy, given = input_context, DistributionSource.STRATEGY
-        # the default strategy (what get_strategy() returns outside every scope) is none;
-        # TensorFlow has no public test for it, its class is private
-        active = type(input_context).__name__ != "_DefaultDistributionStrategy"
+        # the default strategy (what get_strategy() returns outside every scope) is none
+        active = not is_default_strategy(input_context)
     else:
         raise InvalidArgumentError(
             f"input_context={input_context!r}: expected a tf.distribute.InputContext, a "
@@ -308,8 +298,7 @@ class PipelineBuilder:
         images = self._decoded(parsed)
         # a plain batch right after the decode map: tf.data fuses the two (map_and_batch
         # fusion), so each image is written straight into its batch. A parallel batch is not
-        # fused, and the extra copy and hand-off of every 150-KB image cost 6-8 % of the
-        # examples/s here (tfopt bench pipeline, demo data, cache off).
+        # fused, and would add a copy and a hand-off of every image.
         batched = images.batch(plan.batch_size, drop_remainder=plan.drop_remainder,
                                name="batch")
         return self._finish(self._with_known_length(batched))
@@ -350,9 +339,8 @@ class PipelineBuilder:
                                     deterministic=plan.deterministic, name="read")
 
         # a manifest's counts are checked as each shard is read, naming a damaged one; the
-        # header walk's (shards without a manifest) only size the epoch: counting took half
-        # as much CPU again in the read (121 against 80 ms a pass of 3,200 320-px records
-        # here, with the one-scan check below), and TensorFlow's reader still stops at a
+        # header walk's (shards without a manifest) only size the epoch: counting them in the
+        # read would add its CPU to every pass, and TensorFlow's reader still stops at a
         # damaged record
         if not plan.shards_counted:
             def read_file(path, index, limit):
@@ -365,11 +353,10 @@ class PipelineBuilder:
         # Read past errors, then compare the count with the manifest at the end of each file:
         # the shard can be named (TensorFlow's own error names only a byte offset), and under
         # skip_corrupt the lost records are counted. Counted in blocks of about BLOCK_BYTES (a
-        # step per record would halve the read rate of small records); an empty block after a
+        # step per record would slow the read of small records); an empty block after a
         # shard's last one marks its end. Each block carries its shard's index, and one scan
-        # over the interleaved blocks keeps every shard's running count: a scan per shard
-        # (its function instantiated for each file opened) with tf.debugging.Assert read a
-        # pass of 16 small shards in 71 ms, this in 48 ms, the reader alone in 39 ms.
+        # over the interleaved blocks keeps every shard's running count, where a scan per
+        # shard would instantiate its function for each file opened.
         empty = tf.constant([], tf.string)
 
         def read_blocks(path, index, limit):
@@ -416,7 +403,7 @@ class PipelineBuilder:
                 tf.strings.as_string(expected[index]), " records (its manifest says), ",
                 tf.strings.as_string(total), " could be read: ", why])
             # The check fails by parsing the message as a number: a stateless op, where
-            # tf.debugging.Assert (stateful) cost 15 ms of that pass and of its first record.
+            # tf.debugging.Assert (stateful) slowed the pass and delayed its first record.
             # Its value (0) joins the counts, so it is never pruned.
             failed = tf.logical_and(at_end, tf.not_equal(missing, 0))
             return totals + tf.strings.to_number(tf.where(failed, message, "0"), tf.int64), block

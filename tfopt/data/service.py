@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+from tfopt._internals.tf_runtime import service_worker_address, stop_service_server
 from tfopt._validate import number, whole_number
 from tfopt.errors import InvalidArgumentError, TfoptError
 
@@ -134,7 +135,7 @@ class ServiceServer:
 
     def stop(self) -> None:
         """Stop serving (dispatcher state kept in ``work_dir`` survives)."""
-        self.server._stop()  # noqa: SLF001  (the public API has no stop; tests need one)
+        stop_service_server(self.server)  # the public API has no stop; tests need one
 
 
 def _port_of(target: str) -> int:
@@ -224,7 +225,7 @@ def start_worker(dispatcher: str, port: int = 0, host: str = DEFAULT_HOST, *,
         protocol=PROTOCOL, data_transfer_address=f"{host}:%dts_port%")
     # registers with the dispatcher before it returns; the one that answered above
     server = _started("worker", port, lambda: tf.data.experimental.service.WorkerServer(config))
-    worker_port = _port_of(server._address)  # noqa: SLF001
+    worker_port = _port_of(service_worker_address(server))
     logger.info("tf.data service worker at %s://%s:%d, dispatcher %s", PROTOCOL, host,
                 worker_port, target)
     _warn_open_port("worker", worker_port)

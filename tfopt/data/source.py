@@ -40,8 +40,9 @@ from tfopt.records.schema import Encoding, FeatureKind
 logger = logging.getLogger("tfopt")
 
 # The build-time sample of files without a manifest: the first records of every file. 1024
-# small records take about 0.1 s; 64 MiB caps it for large ones (600 ImageNet JPEGs), and 256
-# files (spread evenly, first and last included) cap the file opens of a many-shard dataset.
+# small records are read in a fraction of a second; 64 MiB caps it for large ones (600
+# ImageNet JPEGs), and 256 files (spread evenly, first and last included) cap the file opens
+# of a many-shard dataset.
 SAMPLE_RECORDS = 1024
 SAMPLE_BYTES = 64 << 20
 SAMPLE_FILES = 256

@@ -27,7 +27,7 @@ import os
 import socket
 from collections.abc import Mapping, Sequence
 
-from tfopt._supervisor import ChildLimit, child_limits, over_limits
+from tfopt._limits import ChildLimit, child_limits, over_limits
 from tfopt._validate import is_int, require
 from tfopt.errors import InvalidArgumentError
 
@@ -270,8 +270,8 @@ def cluster_tf_configs(workers: int | None = None, hosts: str | Sequence[str] | 
     else:
         require(is_int(workers) and workers >= 1, "workers", workers,
                 "an int >= 1 (or hosts)")
-        # refused at once: binding ever more sockets to port 0 slows as the range fills (18 s
-        # of kernel time to reach a 20000-file limit) before failing anyway; each port found
+        # refused at once: binding ever more sockets to port 0 slows as the range fills (long
+        # before a large open-file limit is reached) before failing anyway; each port found
         # holds a socket (an open file) until all are
         limits = child_limits(workers, files_per_child=1, tasks_per_child=0, noun="port")
         ports = port_limit()

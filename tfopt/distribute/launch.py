@@ -37,19 +37,17 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from tfopt._limits import child_limits, over_limits
 from tfopt._supervisor import (
     DEFAULT_GRACE_SECONDS,
     POLL_SECONDS,
     SIGNAL_EXIT_BASE,
     Supervisor,
-    WorkerStartError,
-    child_limits,
     exit_code,
-    over_limits,
 )
 from tfopt._validate import flag, require, whole_number
 from tfopt.distribute.cluster import LOCALHOST, free_ports, port_limit, tf_config
-from tfopt.errors import InvalidArgumentError
+from tfopt.errors import InvalidArgumentError, WorkerStartError
 
 logger = logging.getLogger("tfopt")
 
@@ -320,7 +318,7 @@ def launch_workers(command: Sequence[str], workers: int, *, on_line: OnLine | No
     Raises:
         InvalidArgumentError: An empty command, ``workers`` < 1, or a command that cannot be
             started (not found, not executable).
-        tfopt._supervisor.WorkerStartError: More workers than this machine lets the launcher
+        tfopt.errors.WorkerStartError: More workers than this machine lets the launcher
             start (the open-file limit against 2 pipes each, the process and thread limits
             against 3 tasks each, the free ports): refused before any starts, naming the
             limit and what to do; or a start that failed for want of one of these.
@@ -364,7 +362,7 @@ def launch_workers(command: Sequence[str], workers: int, *, on_line: OnLine | No
 def _refuse_beyond_the_machine(workers: int) -> None:
     """Refuse ``workers`` before anything starts when this machine's limits (open files,
     tasks, free ports) allow fewer: the alternative is one start after another until one
-    fails (26 s for -n 100000, ending in "Too many open files")."""
+    fails, ending in "Too many open files" after a long wait."""
     limits = child_limits(workers, files_per_child=_FILES_PER_WORKER,
                           tasks_per_child=_TASKS_PER_WORKER, noun="worker")
     ports = port_limit()

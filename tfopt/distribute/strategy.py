@@ -31,6 +31,7 @@ import shutil
 import sys
 from collections.abc import Mapping, Sequence
 
+from tfopt._internals.tf_runtime import registered_kernel_devices
 from tfopt._tf import import_tensorflow
 from tfopt._validate import choice, is_int, require
 from tfopt.distribute.cluster import ClusterInfo, cluster_info, parse_tf_config
@@ -225,14 +226,7 @@ def nccl_available(gpu_count: int | None = None) -> bool:
     if not sys.platform.startswith("linux"):
         return False
     tf = import_tensorflow()
-    try:
-        # private, but it is the registry TensorFlow's own choice reads (no public API)
-        from tensorflow.python.framework import kernels
-
-        registered = kernels.get_registered_kernels_for_op("NcclAllReduce").kernel
-    except Exception:  # moved in a later release, or an op unknown to this build
-        return False
-    if not any(kernel.device_type == "GPU" for kernel in registered):
+    if "GPU" not in (registered_kernel_devices("NcclAllReduce") or []):
         return False
     if gpu_count is not None and gpu_count > len(tf.config.list_physical_devices("GPU")):
         return False

@@ -20,7 +20,8 @@ Example:
 import importlib
 
 # Each name is imported from its module on first use (PEP 562): `import tfopt.gpu.table`, as the
-# CLI does for every command, must not pay for the hardware probes' imports (50 ms here).
+# CLI does for every command, must not pay for the hardware probes' imports (every command's
+# start-up would).
 _EXPORTS = {
     "ArchSupport": "tfopt.gpu.compat",
     "Check": "tfopt.gpu.doctor",

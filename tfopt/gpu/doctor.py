@@ -25,7 +25,7 @@ from tfopt.gpu.compat import (
 from tfopt.gpu.hardware import HardwareFacts, gather_facts
 from tfopt.gpu.nvml import NvmlStatus
 
-MIN_PYTHON = (3, 10)  # tfopt's python_requires
+MIN_PYTHON = (3, 11)  # tfopt's python_requires (setup.cfg)
 MIN_TENSORFLOW = (2, 16)  # the first TensorFlow that ships Keras 3
 MIN_KERAS = (3, 3)
 # The default CUDA JIT cache is too small for all of TensorFlow's kernels, so PTX-only GPUs

@@ -299,7 +299,8 @@ def gather_facts(
     """Run every probe.
 
     Args:
-        tensorflow: Probe TensorFlow too (imports it, about 3 s). Defaults to True.
+        tensorflow: Probe TensorFlow too (imports it, by far the slowest probe). Defaults
+            to True.
         module: The pynvml module. Defaults to None: import pynvml.
         cpuinfo_path: The cpuinfo file. Defaults to "/proc/cpuinfo".
 

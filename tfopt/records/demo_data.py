@@ -25,12 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
-from tfopt._files import TEMP_MARKER, fsync_dir, temp_path_for
+from tfopt._files import TEMP_MARKER, atomic_path, fsync_dir, temp_path_for
 from tfopt._progress import Progress
-from tfopt._supervisor import WorkerStartError, start_failure, worker_context
+from tfopt._spawn import worker_context
+from tfopt._supervisor import start_failure
 from tfopt._system import usable_cores
 from tfopt._validate import choice, flag, optional_whole_number, whole_number
-from tfopt.errors import InvalidArgumentError, OutputExistsError, TfoptError
+from tfopt.errors import InvalidArgumentError, OutputExistsError, TfoptError, WorkerStartError
 
 CLASS_NAMES = ("circle", "square", "triangle", "ring", "cross",
                "hstripes", "vstripes", "diagonal", "checker", "dots")
@@ -126,8 +127,8 @@ def demo_image(class_index: int, image_index: int, seed: int = 0, min_size: int 
         foreground = rng.uniform(0, 255, size=3).astype(np.float32)
     mask = _shape_mask(CLASS_NAMES[class_index], rng, height, width)[..., None]
     image = np.where(mask, foreground, background)
-    # sensor-like noise gives realistic JPEG sizes (about 60 KB at 400 px); a window of one
-    # shared noise tile costs a slice, where fresh Gaussian noise per image costs ~5 ms
+    # sensor-like noise gives realistic JPEG sizes; a window of one shared noise tile costs a
+    # slice, where fresh Gaussian noise per image would draw a number for every pixel
     tile = _noise_tile()
     top = int(rng.integers(0, tile.shape[0] - height + 1))
     left = int(rng.integers(0, tile.shape[1] - width + 1))
@@ -204,8 +205,8 @@ def _not_demo_images(dst: Path) -> list[str]:
     return foreign
 
 
-_CHUNK = 50  # images per task in the worker pool: progress every ~0.5 s per worker
-_PHOTO_CHUNK = 4  # photos take ~0.5 s each
+_CHUNK = 50  # images per task in the worker pool: progress often, tasks cheap to hand out
+_PHOTO_CHUNK = 4  # photos are far slower to make than the small images: a few per task
 
 
 def _write_images(dst: str, names: list[str], indices: range, seed: int, min_size: int,
@@ -226,11 +227,10 @@ def _write_images(dst: str, names: list[str], indices: range, seed: int, min_siz
             pixels = demo_image(class_index, index // len(names), seed, min_size, max_size)
         data = tf.io.encode_jpeg(pixels, quality=90).numpy()
         final = folder / f"{index // len(names):05d}.jpg"
-        # rename into place so no half-written image ever carries a final name; no fsync per
-        # image: demo data is regenerated in seconds, and fsync would double the time
-        temporary = folder / f".{final.name}.tmp-{os.getpid()}"
-        temporary.write_bytes(data)
-        os.replace(temporary, final)
+        # renamed into place so no half-written image ever carries a final name; no fsync per
+        # image: demo data is made again in seconds, and an fsync each would slow it down
+        with atomic_path(final, durable=False) as temporary:
+            temporary.write_bytes(data)
         total += len(data)
     return total
 
@@ -243,7 +243,7 @@ def _write_in_processes(workers: int, bar, chunks, dst: str, names: list[str], s
     without an ``if __name__ == "__main__":`` guard, or one read from stdin, works.
 
     Raises:
-        tfopt._supervisor.WorkerStartError: The processes cannot start here.
+        tfopt.errors.WorkerStartError: The processes cannot start here.
         tfopt.TfoptError: One died (killed, out of memory).
     """
     try:

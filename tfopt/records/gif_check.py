@@ -29,8 +29,8 @@ import struct
 
 import numpy as np
 
-# Frames whose image data tfopt's LZW decoder reads, at most (pixels in all): ~1 s of Python
-# at most; beyond, a real decode is cheaper.
+# Frames whose image data tfopt's LZW decoder reads, at most (pixels in all): beyond, a real
+# decode is cheaper than decoding in Python.
 GIF_DECODE_PIXELS = 4_000_000
 
 _INT_MAX = (1 << 31) - 1

@@ -22,8 +22,8 @@ from tfopt.records.bmp_check import bmp_problem
 from tfopt.records.gif_check import GIF_DECODE_PIXELS, gif_check
 from tfopt.records.image_header import ImageFormat, jpeg_structure, png_problem
 
-# GIF pixels one process LZW-decodes in Python before a real decode is cheaper: at 0.1-0.4 us
-# a pixel, a few seconds, about what importing TensorFlow costs.
+# GIF pixels one process LZW-decodes in Python before a real decode is cheaper: decoding this
+# many in Python costs about what importing TensorFlow does.
 PROCESS_GIF_PIXELS = 20_000_000
 
 _gif_pixels_decoded = 0  # in this process, so far

@@ -22,7 +22,7 @@ class BatchNorm(str, enum.Enum):
     """How the model's ``BatchNormalization`` layers run."""
 
     AUTO = "auto"  # fused on one replica, synchronised over the global batch on several
-    FUSED = "fused"  # TensorFlow's fused kernel (tfopt.fuse_batch_norm): 1.7x a CNN step here
+    FUSED = "fused"  # TensorFlow's fused kernel (tfopt.fuse_batch_norm): one op, not a dozen
     SYNCHRONIZED = "synchronized"  # statistics over the global batch (synchronize_batch_norm)
     KERAS = "keras"  # as Keras builds them
 

@@ -99,7 +99,8 @@ def _batch_norm(config: RunConfig, facts: RunFacts) -> tuple[BatchNorm, str]:
         return BatchNorm.SYNCHRONIZED, (f"{facts.replicas} replicas: statistics over the global "
                                         "batch, the same on every replica and worker")
     return BatchNorm.FUSED, ("one replica: TensorFlow's fused kernel, which Keras 3 does not "
-                             "use (1.7x a CNN step on 2 CPU cores)")
+                             "use (one op per layer instead of a dozen passes over the "
+                             "activations)")
 
 
 def _accumulation(config: RunConfig, global_batch: int) -> tuple[int, str]:

@@ -20,9 +20,11 @@ import keras
 import tensorflow as tf
 
 import tfopt.rules as rules
+from tfopt._internals.keras_model import initial_epoch
+from tfopt._internals.tf_runtime import op_determinism_enabled
 from tfopt.data.augment.layer import Augment
 from tfopt.data.pipeline import PipelineBuilder
-from tfopt.data.plan import pass_records
+from tfopt.data.plan_types import pass_records
 from tfopt.distribute.cluster import cluster_info
 from tfopt.distribute.strategy import StrategyPlan, plan_strategy, select_strategy
 from tfopt.errors import InvalidArgumentError
@@ -92,7 +94,7 @@ class _ResumeCheck(keras.callbacks.Callback):
         self.expected_epoch = expected_epoch
 
     def on_train_begin(self, logs=None):
-        restored = int(getattr(self.model, "_initial_epoch", 0) or 0)
+        restored = initial_epoch(self.model)
         if restored != self.expected_epoch:
             logger.warning(
                 "training resumes at epoch %d, but the input stream was positioned for epoch "
@@ -555,9 +557,7 @@ def _with_trial(plan: RunPlan, spe: int, reason: str) -> RunPlan:
 def _op_determinism() -> bool:
     """Whether ``tf.config.experimental.enable_op_determinism()`` is in force (TensorFlow
     exports only the setter; the reader is in its framework module)."""
-    from tensorflow.python.framework import config as framework_config
-
-    return bool(framework_config.is_op_determinism_enabled())
+    return op_determinism_enabled()
 
 
 def _count_classes(source) -> int:

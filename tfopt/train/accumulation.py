@@ -5,7 +5,7 @@ effective batch wanted and the batch that fits (:func:`make_optimizer`,
 :func:`configure_accumulation`) and adds what Keras 3.15 lacks: learning-rate schedules that
 advance once per real update (:class:`UpdateStepSchedule`), and accumulation under
 ``MirroredStrategy``/``MultiWorkerMirroredStrategy``, where Keras's own fails on a
-``merge_call`` inside ``ops.cond`` (:func:`_replica_apply_gradients` all-reduces each
+``merge_call`` inside ``ops.cond`` (``tfopt._internals.keras_optimizer`` all-reduces each
 micro-batch first). Why and how, loss scaling included: ``docs/train.md`` ("Gradient
 accumulation").
 """
@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import types
 
 import keras
-import tensorflow as tf
 
+from tfopt._internals.keras_optimizer import (
+    has_accumulators,
+    install_replica_apply_gradients,
+    learning_rate_schedule,
+)
 from tfopt._validate import whole_number
 from tfopt.errors import InvalidArgumentError
 
@@ -135,67 +138,6 @@ def _inner_optimizer(optimizer):
     return inner
 
 
-def _needs_replica_path() -> bool:
-    # inside strategy.run of a (multi-worker) mirrored strategy, where Keras's cond would
-    # merge_call; the default strategy, TPUs and parameter servers keep Keras's own code
-    if not tf.distribute.has_strategy() or tf.distribute.in_cross_replica_context():
-        return False
-    strategy = tf.distribute.get_strategy()
-    return isinstance(strategy, (tf.distribute.MirroredStrategy,
-                                 tf.distribute.MultiWorkerMirroredStrategy))
-
-
-def _replica_apply_gradients(self, grads, trainable_variables):
-    """``_backend_apply_gradients`` of an accumulating optimizer under a mirrored strategy.
-
-    Keras's version (``keras/src/optimizers/base_optimizer.py``, 3.15) with the cross-replica
-    work moved out of the cond: see the module docstring. Anywhere else it calls Keras's.
-    """
-    if not (self.gradient_accumulation_steps and _needs_replica_path()):
-        return type(self)._backend_apply_gradients(self, grads, trainable_variables)
-    steps = self.gradient_accumulation_steps
-    # the global micro-batch gradient (the loss is already divided by the replica count, as
-    # Keras does for any strategy), the same on every replica; sparse gradients made dense
-    # since they are added to dense accumulators anyway
-    grads = [tf.convert_to_tensor(g) for g in grads]
-    grads = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, grads)
-    acc_grads = [self._accumulated_gradients[self._get_variable_index(v)]
-                 for v in trainable_variables]
-    variables = [v.value if isinstance(v, keras.Variable) else v for v in trainable_variables]
-    is_update_step = (self._iterations + 1) % steps == 0
-
-    def update():
-        mean = self._clip_gradients([(g + acc) / steps for g, acc in zip(grads, acc_grads, strict=True)])
-        learning_rate = self.learning_rate
-        if self.weight_decay is not None:  # Keras's weight_decay_fn, per replica
-            for variable in variables:
-                if self._use_weight_decay(variable):
-                    decay = tf.cast(self.weight_decay, variable.dtype)
-                    variable.assign_sub(
-                        variable * decay * tf.cast(learning_rate, variable.dtype))
-        for grad, variable in zip(mean, variables, strict=True):
-            self.update_step(grad, variable, learning_rate)
-        for acc in acc_grads:
-            acc.assign(tf.zeros(acc.shape, acc.dtype))
-        return tf.constant(True)
-
-    def accumulate():
-        for grad, acc in zip(grads, acc_grads, strict=True):
-            acc.assign(acc + tf.cast(grad, acc.dtype))
-        return tf.constant(False)
-
-    tf.cond(is_update_step, update, accumulate)
-    if self.use_ema:  # as Keras does after its cond
-        self._update_model_variables_moving_average(self._trainable_variables)
-        if self.ema_overwrite_frequency:
-            keras.ops.cond(
-                (self.iterations + 1) % self.ema_overwrite_frequency == 0,
-                lambda: self._overwrite_model_variables_with_average_value(
-                    self._trainable_variables),
-                lambda: None,
-            )
-
-
 def configure_accumulation(optimizer, effective_batch_size: int, batch_size: int) -> AccumulationPlan:
     """Make a Keras 3 optimizer accumulate gradients up to an effective batch size.
 
@@ -244,7 +186,7 @@ def configure_accumulation(optimizer, effective_batch_size: int, batch_size: int
     inner = _inner_optimizer(optimizer)
     steps = plan.steps if plan.steps > 1 else None
     # build() creates the accumulator variables only when gradient_accumulation_steps is set
-    if steps and inner.built and not getattr(inner, "_accumulated_gradients", None):
+    if steps and inner.built and not has_accumulators(inner):
         raise InvalidArgumentError(
             f"optimizer {inner.name!r} is already built without gradient accumulation (it has "
             "taken a training step), so it has no accumulators for "
@@ -253,11 +195,9 @@ def configure_accumulation(optimizer, effective_batch_size: int, batch_size: int
         )
     inner.gradient_accumulation_steps = steps
     # Keras's accumulation fails under MirroredStrategy; this one works there (module docstring)
-    if steps and hasattr(type(inner), "_backend_apply_gradients"):
-        inner._backend_apply_gradients = types.MethodType(_replica_apply_gradients, inner)
-    # Keras keeps the schedule object only in the private _learning_rate; the public
-    # learning_rate property returns the current value instead
-    schedule = getattr(inner, "_learning_rate", None)
+    if steps:
+        install_replica_apply_gradients(inner)
+    schedule = learning_rate_schedule(inner)
     if isinstance(schedule, UpdateStepSchedule):
         schedule = schedule.schedule  # reconfigured: wrap the user's schedule once, not twice
     if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):

@@ -1,9 +1,11 @@
 """Training that survives a crash: atomic, checksummed, multi-worker-safe backups, kept in
 several versions and copied to a second location, and a best-model checkpoint.
 
-Keras 3.15's ``BackupAndRestore`` writes its files in place (a kill mid-write leaves a backup
-that fails the restart), loads whatever they hold unchecked, lets every worker write, and
-``ModelCheckpoint`` forgets its best value on a restart. :func:`backup_callbacks` returns
+Keras's ``BackupAndRestore`` writes its files in place (a kill mid-write leaves a backup that
+fails the restart), loads whatever they hold unchecked, lets every worker write, and
+``ModelCheckpoint`` forgets its best value on a restart. Both callbacks here derive from
+``keras.callbacks.Callback`` and own their state, resuming as Keras's do (the epoch a restore
+sets goes through ``tfopt._internals``). :func:`backup_callbacks` returns
 :class:`AtomicBackupAndRestore` and :class:`BestModelCheckpoint`, which write every file under a
 temporary name and rename it (a full disk is one error, :mod:`tfopt.train.backup_io`), keep the
 ``keep`` newest backups with their SHA-256 in ``backup/latest.json`` and restore the newest that
@@ -16,9 +18,7 @@ resumed run equals: ``docs/train.md`` ("Backups").
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import math
 import os
 import shutil
 import tempfile
@@ -28,10 +28,17 @@ from pathlib import Path
 
 import keras
 
-from tfopt._files import atomic_path, sha256_file
+from tfopt._files import sha256_file
+from tfopt._internals.keras_model import set_initial_epoch
 from tfopt._validate import optional_whole_number, whole_number
 from tfopt.errors import InvalidArgumentError, TfoptError
-from tfopt.train.backup_io import BackupWriteError, weights_bytes, write_bytes_atomically
+from tfopt.train.backup_io import (
+    BackupWriteError,
+    is_chief,
+    weights_bytes,
+    write_bytes_atomically,
+    write_json_atomically,
+)
 from tfopt.train.backup_records import (
     BACKUP_FOLDER,
     BACKUP_INFO_FILE,
@@ -51,6 +58,7 @@ from tfopt.train.backup_records import (
     weights_problem,
 )
 from tfopt.train.backup_store import BackupCopier, BackupStore, StoreError, Version
+from tfopt.train.best_model import BestModelCheckpoint
 
 logger = logging.getLogger("tfopt")
 
@@ -59,49 +67,6 @@ __all__ = ["AtomicBackupAndRestore", "BestModelCheckpoint", "backup_callbacks"]
 BEST_MODEL_FILE = "best.keras"
 BEST_INFO_FILE = "best.json"
 DEFAULT_KEEP = 3
-
-
-def _write_json_atomically(path: Path, data: dict) -> None:
-    # complete file or none: a crash mid-write must not leave a half file, a full disk is
-    # one BackupWriteError naming the folder
-    write_bytes_atomically(path, json.dumps(data).encode(),
-                           path.with_name(f"{TEMP_PREFIX}{path.name}"))
-
-
-def _save_atomically(save, path: Path) -> None:
-    """``save(temporary path)``, then fsync and rename it to ``path``; on failure no trace.
-
-    The temporary name keeps the suffix Keras checks (``.keras``, ``.weights.h5``). An
-    ``OSError`` (a full disk) becomes one :class:`BackupWriteError` naming the folder.
-    """
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(path, path.with_name(f"{TEMP_PREFIX}{path.name}")) as tmp:
-            save(str(tmp))
-    except OSError as error:
-        raise BackupWriteError(
-            f"{path.parent}: cannot write {path.name}: {error.strerror or error}; nothing was "
-            "replaced. Hint: free space on that disk or give another directory.") from None
-
-
-def _save_and_discard(save, name: str) -> None:
-    """``save(path)`` into a private temporary folder, deleted at once: a non-chief worker's
-    part in a save whose variable reads may be collective ops (see the module docstring)."""
-    scratch = tempfile.mkdtemp(prefix="tfopt-backup-")
-    try:
-        save(os.path.join(scratch, name))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _is_chief(model) -> bool:
-    """Whether this process writes checkpoints: True on one machine; under
-    ``MultiWorkerMirroredStrategy`` only for task "chief", or worker 0 when there is none."""
-    try:
-        strategy = model.distribute_strategy
-    except AttributeError:  # not the TensorFlow backend: no strategy, one process
-        return True
-    return bool(strategy.extended.should_checkpoint)
 
 
 @dataclass(frozen=True)
@@ -116,13 +81,13 @@ class _Candidate:
         return self.version.where if self.version is not None else self.record.weights
 
 
-class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
-    """Keras ``BackupAndRestore`` with atomic, checksummed backups, written by the chief alone,
-    ``keep`` of them kept and each copied to a second location.
+class AtomicBackupAndRestore(keras.callbacks.Callback):
+    """Keras's ``BackupAndRestore`` done with atomic, checksummed backups, written by the chief
+    alone, ``keep`` of them kept and each copied to a second location.
 
-    Same arguments and resumption as Keras's callback (the module docstring lists the
-    differences); ``double_checkpoint`` is not offered: a backup is never half-written, and
-    older ones are kept as fallbacks until newer ones are complete.
+    Same arguments, backup moments and resumption as Keras's callback (the module docstring
+    lists the differences); ``double_checkpoint`` is not offered: a backup is never
+    half-written, and older ones are kept as fallbacks until newer ones are complete.
 
     Args:
         backup_dir: The folder of the backup (created when missing). Under several workers, on
@@ -155,8 +120,14 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     def __init__(self, backup_dir, save_freq="epoch", delete_checkpoint: bool = True,
                  keep: int = DEFAULT_KEEP, keep_every: int | None = None, copy_to=None,
                  copy_keep: int | None = None, long_term_dir=None):
-        super().__init__(str(backup_dir), save_freq=save_freq,
-                         delete_checkpoint=delete_checkpoint)
+        super().__init__()
+        if backup_dir is None or not os.fspath(backup_dir):
+            raise InvalidArgumentError(f"backup_dir={backup_dir!r}: expected a folder path")
+        if save_freq != "epoch":
+            whole_number(save_freq, "save_freq", 1, "'epoch' or a positive number of batches")
+        self.backup_dir = os.fspath(backup_dir)
+        self.save_freq = save_freq
+        self.delete_checkpoint = delete_checkpoint
         self.folder = Path(backup_dir)
         self.keep = whole_number(keep, "keep", 1, "a positive number of backups to keep")
         self.keep_every = optional_whole_number(
@@ -176,22 +147,45 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         self._run: str = new_run_id()
         self._last_long_term: int | None = None
         self.restored_from: str | None = None  # the backup the last fit resumed from
+        # where training is, as Keras's callback counts it: the epochs finished (the epoch a
+        # backup resumes at) and the last batch seen in this one
+        self._current_epoch = 0
+        self._last_batch_seen = 0
+        self._batches_since_backup = 0
 
     def on_train_begin(self, logs=None):
         # Keras's version falls back to ".bkp" copies; here the fallback is an older backup
-        self._load_model()
+        self._restore_newest()
 
     def on_epoch_begin(self, epoch, logs=None):
         # Keras's callback counts epochs from 0 in each process, so a backup in batches
         # during a resumed fit's first epoch would record epoch 0 with later weights
         self._current_epoch = epoch
 
+    def on_epoch_end(self, epoch, logs=None):
+        self._current_epoch = epoch + 1
+        self._last_batch_seen = 0
+        if self.save_freq == "epoch":
+            self._back_up()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.save_freq == "epoch":
+            return
+        # as Keras counts: ``batch`` is the last of the steps run since the previous call
+        # (steps_per_execution), and a batch index that goes back starts a new epoch
+        added = batch + 1 if batch <= self._last_batch_seen else batch - self._last_batch_seen
+        self._batches_since_backup += added
+        self._last_batch_seen = batch
+        if self._batches_since_backup >= self.save_freq:
+            self._batches_since_backup = 0
+            self._back_up()
+
     def has_backup(self) -> bool:
         """Whether there is a backup to resume (this layout's or plain Keras's), or the last
         fit resumed one (from the copy, say)."""
         return self.restored_from is not None or bool(read_backup_folder(self.folder).candidates)
 
-    def _load_model(self):
+    def _restore_newest(self):
         if not self.model.built:
             raise ValueError(
                 "To use the BackupAndRestore callback, your model must be built before you "
@@ -333,7 +327,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         if candidate.version is not None:
             self._run = candidate.version.run or self._run
             self._next_generation = max(self._next_generation, record.generation + 1)
-        self.model._initial_epoch = record.epoch  # what Keras's own callback sets
+        set_initial_epoch(self.model, record.epoch)  # what Keras's own callback sets
         if planned is not None and record.epoch == planned:
             logger.warning(
                 "%s: the backup was taken after the last of the %d epochs: that training "
@@ -345,8 +339,8 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             logger.info("restored the backup %s: training resumes at epoch %d",
                         candidate.shown, record.epoch + 1)
 
-    def _save_model(self):
-        if not _is_chief(self.model):
+    def _back_up(self):
+        if not is_chief(self.model):
             weights_bytes(self.model)  # the same variable reads as the chief's, nothing kept
             return
         generation = self._next_generation
@@ -359,7 +353,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                               sha256_file(path), path.stat().st_size, round(time.time(), 3))
         kept = [record, *self._kept][:self.keep]
         # the commit point: from here the backup is the new one, the others its fallbacks
-        _write_json_atomically(self.folder / BACKUP_INFO_FILE,
+        write_json_atomically(self.folder / BACKUP_INFO_FILE,
                                latest_json(record, kept[1] if len(kept) > 1 else None,
                                            tuple(kept[2:]), self._run))
         self._kept, self._next_generation = kept, generation + 1
@@ -391,7 +385,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                 path.unlink()
 
     def on_train_end(self, logs=None):
-        if not _is_chief(self.model):
+        if not is_chief(self.model):
             return
         if self.copier is not None:
             self.copier.close()  # the newest backup's copy is complete (or said to fail)
@@ -448,119 +442,6 @@ def _open_copy_store(copy_to) -> BackupStore | None:
         raise InvalidArgumentError(
             f"copy_to={copy_to!r}: expected a folder path or a URL (s3://bucket/run, ...)")
     return BackupStore(copy_to)
-
-
-def _previous(path: Path, number: int) -> Path:
-    """``best.keras`` -> ``best-previous-1.keras``: the name keeps the suffix Keras checks."""
-    return path.with_name(f"{path.stem}-previous-{number}{path.suffix}")
-
-
-class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
-    """``ModelCheckpoint(save_best_only=True)`` that remembers its best value across restarts.
-
-    Saves the whole model to ``filepath`` when ``monitor`` improves and records the value and
-    epoch in ``info_path`` (JSON); both are written atomically, and under several workers by
-    the chief alone (the others save into a temporary folder, see the module docstring). On
-    creation it reads ``info_path`` back, when its monitor matches, so a restarted run only
-    replaces the file with a better model.
-
-    With ``backup`` (as :func:`backup_callbacks` pairs them) the value read back is kept only
-    when that backup has something to resume, decided at the start of the first ``fit``: a new
-    run (no backup) starts its best afresh and the chief renames the previous run's files to
-    ``<stem>-previous-N<suffix>`` (the first free N) so that nothing is lost.
-
-    Args:
-        filepath: Where the best model goes (``.keras``).
-        info_path: Where its value goes (``.json``).
-        monitor: The logs key to watch. Defaults to "val_loss".
-        mode: "min", "max" or "auto" (Keras's rule: max for accuracy-like names).
-            Defaults to "auto".
-        backup: The :class:`AtomicBackupAndRestore` of the same run, or None (the best value
-            in ``info_path`` always counts). Defaults to None.
-
-    Example:
-        >>> BestModelCheckpoint("run/best.keras", "run/best.json", monitor="val_accuracy")
-    """
-
-    def __init__(self, filepath, info_path, monitor: str = "val_loss", mode: str = "auto",
-                 backup: AtomicBackupAndRestore | None = None):
-        super().__init__(str(filepath), monitor=monitor, mode=mode, save_best_only=True)
-        self.info_path = Path(info_path)
-        self.backup = backup
-        self._initial_best = self.best
-        self._first_fit = True
-        self._restore_best()
-
-    def on_train_begin(self, logs=None):
-        super().on_train_begin(logs)
-        if self._first_fit and self.backup is not None and not self.backup.has_backup():
-            self._start_afresh()
-        # later fit() calls with this callback continue its best, as Keras's checkpoint does
-        self._first_fit = False
-
-    def _start_afresh(self) -> None:
-        """A new run: forget the best value read back and move the old run's files aside.
-
-        Every worker forgets (they must decide alike); the chief alone renames.
-        """
-        self.best = self._initial_best
-        model_path = Path(self.filepath)
-        old = [path for path in (model_path, self.info_path) if path.exists()]
-        if not old or not _is_chief(self.model):
-            return
-        number = 1
-        while any(_previous(path, number).exists() for path in (model_path, self.info_path)):
-            number += 1
-        # the model first: best.json left alone never names a model that is not there
-        for path in old:
-            os.replace(path, _previous(path, number))
-        logger.warning(
-            "%s holds a finished run's best model and no backup to resume: this run tracks "
-            "its own best; the previous files are now %s", model_path.parent,
-            ", ".join(_previous(path, number).name for path in old))
-
-    def _restore_best(self) -> None:
-        if not (self.info_path.exists() and Path(self.filepath).exists()):
-            return
-        try:
-            info = json.loads(self.info_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:
-            logger.warning("%s unreadable (%s); the best value starts afresh", self.info_path,
-                           error)
-            return
-        value = info.get("value")
-        if info.get("monitor") == self.monitor and isinstance(value, (int, float)):
-            self.best = float(value)
-            logger.info("best model so far: %s = %g at epoch %s", self.monitor, self.best,
-                        info.get("epoch"))
-
-    def _save_model(self, epoch, batch, logs):
-        # Keras's version, minus the in-place write: every worker decides alike (the logs
-        # are reduced over workers, best.json is shared), the chief alone keeps the file
-        filepath = self._get_file_path(epoch, batch, logs)
-        if not self._should_save_model(epoch, batch, logs, filepath):
-            return
-        chief = _is_chief(self.model)
-        if self.save_weights_only:  # through memory: HDF5 on a full disk crashes the process
-            data = weights_bytes(self.model)
-            if chief:
-                path = Path(filepath)
-                write_bytes_atomically(path, data, path.with_name(f"{TEMP_PREFIX}{path.name}"))
-        elif chief:
-            _save_atomically(lambda path: self.model.save(path, overwrite=True), Path(filepath))
-        else:
-            _save_and_discard(self.model.save, Path(filepath).name)
-
-    def on_epoch_end(self, epoch, logs=None):
-        before = self.best
-        super().on_epoch_end(epoch, logs)
-        best = self.best
-        if (best is not None and best != before and not math.isnan(float(best))
-                and _is_chief(self.model)):
-            _write_json_atomically(
-                self.info_path,
-                {"monitor": self.monitor, "value": float(best), "epoch": epoch + 1},
-            )
 
 
 def backup_callbacks(

@@ -12,15 +12,19 @@ memory once while it is written (``docs/train.md``, "Backups").
 from __future__ import annotations
 
 import errno
-import io
+import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from tfopt._files import atomic_path
+from tfopt._internals.keras_model import weights_file_bytes
 from tfopt.errors import TfoptError
+from tfopt.train.backup_records import TEMP_PREFIX
 
-__all__ = ["BackupWriteError", "weights_bytes", "write_bytes_atomically"]
+__all__ = ["BackupWriteError", "is_chief", "save_and_discard", "save_atomically", "weights_bytes",
+           "write_bytes_atomically", "write_json_atomically"]
 
 # room left beyond the file itself: the folder entry, the record written after it, and the
 # file system's own blocks (ext4 and tmpfs allocate in 4 KiB pages)
@@ -34,22 +38,12 @@ class BackupWriteError(TfoptError):
 def weights_bytes(model) -> bytes:
     """The bytes ``model.save_weights("x.weights.h5")`` would write, made in memory.
 
-    Uses Keras's ``H5IOStore`` over ``io.BytesIO`` and its ``_save_state`` (private in Keras
-    3.14 and 3.15, which ``scripts/test_floor.sh`` runs): every variable is read as
-    ``save_weights`` reads it, so a worker's part in collective reads is the same.
+    Made in memory so that the space is checked before a byte is written; every variable is
+    read as ``save_weights`` reads it, so a worker's part in collective reads is the same.
     """
     if not model.built:
         raise ValueError(f"model {model.name!r} is not built: build it before saving weights")
-    from keras.src.saving import saving_lib
-
-    buffer = io.BytesIO()
-    store = saving_lib.H5IOStore(buffer, mode="w")
-    try:
-        saving_lib._save_state(model, weights_store=store, assets_store=None, inner_path="",
-                               visited_saveables=set())
-    finally:
-        store.close()
-    return buffer.getvalue()
+    return weights_file_bytes(model)
 
 
 def _failure(folder: Path, path: Path, error: OSError, size: int) -> BackupWriteError:
@@ -94,3 +88,46 @@ def write_bytes_atomically(path: Path, data: bytes, temp: Path | None = None) ->
                 os.close(fd)
     except OSError as error:  # atomic_path removed the temporary file
         raise _failure(folder, path, error, len(data)) from None
+
+
+def write_json_atomically(path: Path, data: dict) -> None:
+    """``data`` as JSON in ``path``: a complete file or none (a crash mid-write leaves no half
+    file, a full disk is one :class:`BackupWriteError` naming the folder)."""
+    write_bytes_atomically(path, json.dumps(data).encode(),
+                           path.with_name(f"{TEMP_PREFIX}{path.name}"))
+
+
+def save_atomically(save, path: Path) -> None:
+    """``save(temporary path)``, then fsync and rename it to ``path``; on failure no trace.
+
+    The temporary name keeps the suffix Keras checks (``.keras``, ``.weights.h5``). An
+    ``OSError`` (a full disk) becomes one :class:`BackupWriteError` naming the folder.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path, path.with_name(f"{TEMP_PREFIX}{path.name}")) as tmp:
+            save(str(tmp))
+    except OSError as error:
+        raise BackupWriteError(
+            f"{path.parent}: cannot write {path.name}: {error.strerror or error}; nothing was "
+            "replaced. Hint: free space on that disk or give another directory.") from None
+
+
+def save_and_discard(save, name: str) -> None:
+    """``save(path)`` into a private temporary folder, deleted at once: a non-chief worker's
+    part in a save whose variable reads may be collective ops."""
+    scratch = tempfile.mkdtemp(prefix="tfopt-backup-")
+    try:
+        save(os.path.join(scratch, name))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def is_chief(model) -> bool:
+    """Whether this process writes checkpoints: True on one machine; under
+    ``MultiWorkerMirroredStrategy`` only for task "chief", or worker 0 when there is none."""
+    try:
+        strategy = model.distribute_strategy
+    except AttributeError:  # not the TensorFlow backend: no strategy, one process
+        return True
+    return bool(strategy.extended.should_checkpoint)

@@ -58,7 +58,17 @@ def weights_file_name(generation: int) -> str:
     return f"{WEIGHTS_PREFIX}{generation:06d}{WEIGHTS_SUFFIX}"
 
 
-def start_afresh_hint(folder: Path) -> str:
+class BackupRecordError(TfoptError):
+    """A backup record that cannot be used: ``problem`` says what is wrong and where,
+    ``hint`` what to do; the message is the two joined."""
+
+    def __init__(self, problem: str, hint: str):
+        self.problem = problem
+        self.hint = hint
+        super().__init__(f"{problem}. {hint}")
+
+
+def start_afresh_hint(folder) -> str:
     return (f"Hint: delete {folder} to start training from scratch (the best model beside "
             "it is kept).")
 
@@ -198,62 +208,71 @@ def _load_json(path: Path, folder: Path, expected: str):
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except OSError as error:
-        raise TfoptError(f"{path}: cannot be read ({error.strerror or error}). "
-                         f"{start_afresh_hint(folder)}") from None
+        raise BackupRecordError(f"{path}: cannot be read ({error.strerror or error})",
+                                start_afresh_hint(folder)) from None
     except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
-        raise TfoptError(f"{path}: not JSON ({error}); expected {expected}. "
-                         f"{start_afresh_hint(folder)}") from None
+        raise BackupRecordError(f"{path}: not JSON ({error}); expected {expected}",
+                                start_afresh_hint(folder)) from None
 
 
 def _read_latest(path: Path, folder: Path) -> tuple[tuple[BackupRecord, ...], str | None]:
     expected = "the backup record tfopt writes"
     info = _load_json(path, folder, expected)
     if not isinstance(info, dict):
-        raise TfoptError(f"{path}: holds a JSON {type(info).__name__}; expected {expected} "
-                         f"(an object). {start_afresh_hint(folder)}")
+        raise BackupRecordError(f"{path}: holds a JSON {type(info).__name__}; expected {expected} "
+                                f"(an object)", start_afresh_hint(folder))
     version = info.get("format", 1)
     if not is_int(version) or not 1 <= version <= FORMAT:
-        raise TfoptError(f"{path}: format={version!r}: expected 1 to {FORMAT} (a later format "
-                         f"is a newer tfopt's). {start_afresh_hint(folder)}")
+        raise BackupRecordError(f"{path}: format={version!r}: expected 1 to {FORMAT} (a later "
+                                f"format is a newer tfopt's)", start_afresh_hint(folder))
     run = info.get("run")
     if run is not None and not (isinstance(run, str) and _RUN.fullmatch(run)):
-        raise TfoptError(f"{path}: run={run!r}: expected the training's id (32 lowercase hex "
-                         f"digits) or no run key. {start_afresh_hint(folder)}")
+        raise BackupRecordError(f"{path}: run={run!r}: expected the training's id (32 "
+                                f"lowercase hex digits) or no run key", start_afresh_hint(folder))
     checked = version >= 2
-    records = [_record(info, path, folder, checked, "")]
+    records = [parse_record(info, path, folder, checked, "")]
     previous = info.get("previous")
     older = info.get("older", [])
     if previous is None:
         if older:
-            raise TfoptError(f"{path}: older={older!r}: expected none without a previous "
-                             f"backup. {start_afresh_hint(folder)}")
+            raise BackupRecordError(f"{path}: older={older!r}: expected none without a previous "
+                                    f"backup", start_afresh_hint(folder))
         return tuple(records), run
     if not isinstance(previous, dict):
-        raise TfoptError(f"{path}: previous={previous!r}: expected a backup record (an "
-                         f"object) or null. {start_afresh_hint(folder)}")
+        raise BackupRecordError(f"{path}: previous={previous!r}: expected a backup record (an "
+                                f"object) or null", start_afresh_hint(folder))
     # a format 1 backup restored, then superseded, is the first format 2 backup's fallback
     previous_checked = checked and not (previous.get("sha256") is None
                                         and previous.get("size") is None)
-    records.append(_record(previous, path, folder, previous_checked, "previous."))
+    records.append(parse_record(previous, path, folder, previous_checked, "previous."))
     if not isinstance(older, list) or not all(isinstance(entry, dict) for entry in older):
-        raise TfoptError(f"{path}: older={older!r}: expected a list of backup records "
-                         f"(objects). {start_afresh_hint(folder)}")
+        raise BackupRecordError(f"{path}: older={older!r}: expected a list of backup records "
+                                f"(objects)", start_afresh_hint(folder))
     for index, entry in enumerate(older):
         entry_checked = checked and not (entry.get("sha256") is None
                                          and entry.get("size") is None)
-        records.append(_record(entry, path, folder, entry_checked, f"older[{index}]."))
+        records.append(parse_record(entry, path, folder, entry_checked, f"older[{index}]."))
     names = [record.weights for record in records]
     if len(set(names)) != len(names):
-        raise TfoptError(f"{path}: names a weights file twice ({', '.join(names)}): expected "
-                         f"each kept backup in its own file. {start_afresh_hint(folder)}")
+        raise BackupRecordError(f"{path}: names a weights file twice ({', '.join(names)}): "
+                                f"expected each kept backup in its own file",
+                                start_afresh_hint(folder))
     return tuple(records), run
 
 
-def _record(info: dict, path: Path, folder: Path, checked: bool, where: str) -> BackupRecord:
+def parse_record(info: dict, path, folder, checked: bool, where: str) -> BackupRecord:
+    """The backup record in ``info`` (a ``latest.json`` entry or a copy's record).
+
+    ``path`` and ``folder`` are shown in errors as given: a path, or a second location's URL.
+    ``checked``: whether the record must carry the weights' SHA-256 and size (format 2 on).
+
+    Raises:
+        BackupRecordError: a key is missing or holds the wrong kind of value.
+    """
     def fail(key: str, expected: str):
         shown = repr(info[key]) if key in info else "missing"
-        return TfoptError(f"{path}: {where}{key}={shown}: expected {expected}. "
-                          f"{start_afresh_hint(folder)}")
+        return BackupRecordError(f"{path}: {where}{key}={shown}: expected {expected}",
+                                 start_afresh_hint(folder))
 
     def count(key: str, default: int | None = None) -> int:
         value = info.get(key, default)
@@ -289,8 +308,8 @@ def _read_keras(folder: Path) -> BackupRecord:
     epoch = info.get("epoch") if isinstance(info, dict) else None
     if not is_int(epoch) or epoch < 0:
         shown = f"epoch={epoch!r}" if isinstance(info, dict) else f"a JSON {type(info).__name__}"
-        raise TfoptError(f"{path}: {shown}: expected {expected} (epoch an integer >= 0). "
-                         f"{start_afresh_hint(folder)}")
+        raise BackupRecordError(f"{path}: {shown}: expected {expected} (epoch an integer >= 0)",
+                                start_afresh_hint(folder))
     batch = info.get("batch", 0)
     return BackupRecord(KERAS_WEIGHTS_FILE, int(epoch), int(batch) if is_int(batch) else 0)
 

@@ -19,7 +19,6 @@ for ``s3://``). Used by :mod:`tfopt.train.backup` and ``tfopt backups`` (``docs/
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -30,20 +29,24 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 
-from tfopt._files import atomic_path
+from tfopt._files import atomic_path, sha256_stream
 from tfopt.errors import InvalidArgumentError, TfoptError
 from tfopt.train.backup_io import write_bytes_atomically
-from tfopt.train.backup_records import FORMAT, TEMP_PREFIX, BackupRecord, _record
+from tfopt.train.backup_records import (
+    FORMAT,
+    TEMP_PREFIX,
+    BackupRecord,
+    BackupRecordError,
+    parse_record,
+)
 
 logger = logging.getLogger("tfopt")
 
-__all__ = ["BackupCopier", "BackupStore", "StoreError", "Version", "VersionState",
-           "open_store"]
+__all__ = ["BackupCopier", "BackupStore", "StoreError", "Version", "VersionState"]
 
 _VERSION = re.compile(r"(weights-(\d{6,})-([0-9a-f]{12}))\.weights\.h5")
 _RECORD = re.compile(r"(weights-\d{6,}-[0-9a-f]{12})\.json")
 _FINISHED = re.compile(r"finished-([0-9a-f]{32})\.json")
-_CHUNK = 1 << 20  # 1 MiB reads: hashing at the store's speed without holding whole files
 
 
 class StoreError(TfoptError):
@@ -83,16 +86,6 @@ class Version:
 
 def _is_url(location: str) -> bool:
     return "://" in location and not location.startswith("file://")
-
-
-def open_store(location) -> BackupStore:
-    """The store at ``location`` (a path, ``file://`` or an fsspec URL).
-
-    Raises:
-        InvalidArgumentError: a URL whose file system fsspec cannot open here (fsspec or the
-            protocol's package missing), naming what to install.
-    """
-    return BackupStore(location)
 
 
 class _LocalFiles:
@@ -176,14 +169,6 @@ class _FsspecFiles:
             self.fs.rm_file(self._path(name))
 
 
-def _hash(handle) -> tuple[str, int]:
-    digest, size = hashlib.sha256(), 0
-    while chunk := handle.read(_CHUNK):
-        digest.update(chunk)
-        size += len(chunk)
-    return digest.hexdigest(), size
-
-
 class BackupStore:
     """The versions at one location; see the module docstring for the layout and states.
 
@@ -253,10 +238,10 @@ class BackupStore:
         if not isinstance(info, dict):
             return Version(self.location, weights, None,
                            problem=f"its record {record_name} holds no object")
-        try:
-            record = _record(info, Path(where), Path(self.location), True, "")
-        except TfoptError as error:
-            return Version(self.location, weights, None, problem=str(error).split(". Hint")[0])
+        try:  # the location stays a string: a URL is not a path
+            record = parse_record(info, where, self.location, True, "")
+        except BackupRecordError as error:
+            return Version(self.location, weights, None, problem=error.problem)
         run, long_term = info.get("run"), info.get("long_term", False)
         problem = None
         if record.weights != weights:
@@ -283,7 +268,7 @@ class BackupStore:
             return version.problem or "has no record"
         try:
             with self._files.open(version.name) as handle:
-                sha256, size = _hash(handle)
+                sha256, size = sha256_stream(handle)
         except FileNotFoundError:
             return "is missing (its record is there)"
         except Exception as error:
@@ -295,18 +280,14 @@ class BackupStore:
         way; returns what is wrong (the file is then removed), or None."""
         if version.record is None or version.problem:
             return version.problem or "has no record"
-        digest, size = hashlib.sha256(), 0
         try:
             with self._files.open(version.name) as source, open(destination, "wb") as out:
-                while chunk := source.read(_CHUNK):
-                    digest.update(chunk)
-                    size += len(chunk)
-                    out.write(chunk)
+                digest, size = sha256_stream(source, copy_to=out)
         except Exception as error:  # the store's error or the local disk's
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(destination)
             return f"cannot be fetched ({type(error).__name__}: {error})"
-        problem = _mismatch(version.record, digest.hexdigest(), size)
+        problem = _mismatch(version.record, digest, size)
         if problem:
             os.unlink(destination)
         return problem

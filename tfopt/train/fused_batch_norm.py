@@ -3,10 +3,11 @@
 TensorFlow 2's own Keras ran ``BatchNormalization`` on 4-D NHWC inputs as one fused kernel
 (``FusedBatchNormV3``, oneDNN-accelerated on CPUs). Keras 3 has no fused path: it casts the
 activations to float32, computes the moments, the moving averages and the normalisation as
-separate ops and casts back, each a pass over the whole tensor. On this project's 2-core CPU
-that is 35 % of a training step of the built-in small ResNet in float32 and 47 % under
-``mixed_bfloat16``; fused, 11 % and 8 % (``scripts/bench_batch_norm.py``, which compares with
-the layers replaced by identities).
+separate ops and casts back, each a pass over the whole tensor. On a CPU that makes batch
+normalisation a large share of a convolutional network's training step, larger under
+``mixed_bfloat16`` (the casts are passes too); fused, a small one
+(``scripts/bench_batch_norm.py`` compares with the layers replaced by identities;
+docs/benchmarks.md has its figures).
 
 :func:`fuse_batch_norm` gives a model's batch-normalisation layers TensorFlow's fused kernel
 back: ``tf.compat.v1.nn.fused_batch_norm`` in training (batch statistics, and the moving
@@ -30,6 +31,7 @@ import types
 import keras
 import tensorflow as tf
 
+from tfopt._internals.keras_model import all_layers
 from tfopt.errors import InvalidArgumentError
 
 __all__ = ["check_keras_model", "fuse_batch_norm", "is_fused"]
@@ -111,7 +113,7 @@ def fuse_batch_norm(model) -> int:
     """
     check_keras_model(model, "fuse_batch_norm")
     fused = 0
-    for layer in model._flatten_layers(include_self=False, recursive=True):
+    for layer in all_layers(model):
         if not _fusable(layer):
             continue
         if not is_fused(layer):

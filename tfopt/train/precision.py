@@ -17,6 +17,7 @@ import statistics
 import time
 from typing import Any
 
+from tfopt._internals.keras_model import keras_history_layer
 from tfopt._tf import import_tensorflow
 from tfopt._validate import whole_number
 from tfopt.errors import InvalidArgumentError
@@ -41,8 +42,8 @@ _COMPUTE_DTYPE = {Policy.MIXED_FLOAT16: "float16", Policy.MIXED_BFLOAT16: "bfloa
 _HALF_DTYPES = frozenset(_COMPUTE_DTYPE.values())
 
 # The measured trial: a small CNN on 32x32x3 inputs (CIFAR-sized), batch 64, 3 rounds of
-# 6 steps per policy after 2 warm-up steps. About 4 s for two policies on 2 CPU cores, most of
-# it tracing the two train functions; rounds alternate so that a clock or load drift affects
+# 6 steps per policy after 2 warm-up steps: a few seconds for two policies, most of it
+# tracing the two train functions; rounds alternate so that a clock or load drift affects
 # both policies alike.
 TRIAL_BATCH_SIZE = 64
 TRIAL_IMAGE_SIZE = 32
@@ -170,10 +171,10 @@ def choose_policy(
     older; a CPU with AMX or AVX512-BF16 gives mixed_bfloat16; anything else float32.
 
     With ``measure=True`` a short trial (a few training steps of a small CNN, under float32 and
-    under the candidate, alternating, median of the rounds; a few seconds on 2 CPU cores) decides
-    instead: the faster wins. The candidate is the rule's mixed policy, or, when the rules say
-    float32, mixed_float16 on a GPU and mixed_bfloat16 elsewhere. TPUs are not measured (the
-    trial would run on the host); the rule stands.
+    under the candidate, alternating, median of the rounds; a few seconds, most of it tracing)
+    decides instead: the faster wins. The candidate is the rule's mixed policy, or, when the
+    rules say float32, mixed_float16 on a GPU and mixed_bfloat16 elsewhere. TPUs are not
+    measured (the trial would run on the host); the rule stands.
 
     Args:
         prefer_bfloat16: On GPUs of compute capability 8.0+, choose mixed_bfloat16 (no loss
@@ -386,8 +387,7 @@ def _output_dtypes(model) -> list[tuple[str, str]]:
     if outputs:
         found = []
         for index, tensor in enumerate(outputs):
-            history = getattr(tensor, "_keras_history", None)
-            name = history.operation.name if history else f"output {index}"
+            name = keras_history_layer(tensor) or f"output {index}"
             found.append((name, str(tensor.dtype)))
         return found
     layers = getattr(model, "layers", None) or []

@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+from tfopt._internals.keras_model import all_layers
 from tfopt.errors import InvalidArgumentError
 
 __all__ = ["synchronize_batch_norm"]
@@ -52,7 +53,7 @@ def synchronize_batch_norm(model) -> int:
     from tfopt.train.fused_batch_norm import check_keras_model, is_fused
 
     check_keras_model(model, "synchronize_batch_norm")
-    layers = list(model._flatten_layers(include_self=False, recursive=True))
+    layers = all_layers(model)
     fused = [layer.name for layer in layers if is_fused(layer)]
     if fused:
         raise InvalidArgumentError(

@@ -165,6 +165,11 @@ class _EpochMeter:
         """True while the next call would still be skipped as warm-up."""
         return self._calls.in_warmup
 
+    @property
+    def steps_run(self) -> int:
+        """Steps ended over the meter's life, warm-up included (each execution's steps)."""
+        return self._calls._steps_run
+
     def start_epoch(self) -> None:
         """Reset the epoch's counts (call from on_epoch_begin)."""
         self._calls.start_epoch()

@@ -28,7 +28,8 @@ from tfopt.errors import InvalidArgumentError
 from tfopt.models import compile_model
 from tfopt.train.callbacks import InputProbe
 
-__all__ = ["SPE_CANDIDATES", "EpochClock", "quiet_fit_warnings", "tune_steps_per_execution"]
+__all__ = ["SPE_CANDIDATES", "EpochClock", "quiet_fit_warnings", "time_candidates",
+           "tune_steps_per_execution", "tune_steps_per_execution_on"]
 
 SPE_CANDIDATES = (1, 4, 16)
 SPE_TRIAL_STEPS = 16  # steps per timed pass: a whole number of calls for every candidate
@@ -118,18 +119,59 @@ def tune_steps_per_execution(model_fn: Callable[[], keras.Model], batch_size: in
     seed = whole_number(seed, "seed")
     classes = whole_number(classes, "classes", 2)
     candidates = tuple(whole_number(c, "candidates", 1) for c in candidates)
-    if not candidates:
-        raise InvalidArgumentError("candidates=(): expected at least one, e.g. (1, 4, 16)")
     rng = tf.random.Generator.from_seed(seed)
     images = tf.cast(rng.uniform((batch_size, image_size, image_size, 3), maxval=256,
                                  dtype=tf.int32), tf.uint8)
     labels = tf.cast(rng.uniform((batch_size,), maxval=classes, dtype=tf.int32), tf.int64)
     dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
+
+    def compile_fn(model, steps_per_execution):
+        compile_model(model, steps_per_execution=steps_per_execution, metrics=["accuracy"])
+
+    return time_candidates(model_fn, compile_fn, dataset, candidates)
+
+
+def tune_steps_per_execution_on(model_fn: Callable[[], keras.Model],
+                                compile_fn: Callable[[keras.Model, int], None],
+                                batches: tf.data.Dataset,
+                                candidates=SPE_CANDIDATES) -> tuple[int, dict[int, float]]:
+    """Pick ``steps_per_execution`` by a short trial on real batches of the user's data.
+
+    Args:
+        model_fn: Returns a fresh copy of the model (built, uncompiled).
+        compile_fn: ``compile_fn(model, steps_per_execution)`` compiles it as the user does.
+        batches: A few batches of the training data (read into memory here, once).
+        candidates: Values to try. Defaults to (1, 4, 16).
+
+    Returns:
+        As :func:`tune_steps_per_execution`.
+
+    Raises:
+        tfopt.errors.InvalidArgumentError: No candidates, or no batch in ``batches``.
+    """
+    candidates = tuple(whole_number(c, "candidates", 1) for c in candidates)
+    held = [batch for batch in batches]  # one pass of the source: the trial then reads memory
+    if not held:
+        raise InvalidArgumentError("batches: the trial needs at least one batch of the data")
+    shape = tf.nest.map_structure(lambda t: tuple(t.shape), held[0])
+    held = [batch for batch in held
+            if tf.nest.map_structure(lambda t: tuple(t.shape), batch) == shape]
+    stacked = tf.nest.map_structure(lambda *parts: tf.stack(parts), *held)
+    dataset = tf.data.Dataset.from_tensor_slices(stacked).repeat()
+    return time_candidates(model_fn, compile_fn, dataset, candidates)
+
+
+def time_candidates(model_fn, compile_fn, dataset: tf.data.Dataset,
+                    candidates) -> tuple[int, dict[int, float]]:
+    """The trial itself: each candidate compiled on a fresh model and warmed up, then timed in
+    alternating rounds on ``dataset`` (repeating batches); the median of each counts."""
+    if not candidates:
+        raise InvalidArgumentError("candidates=(): expected at least one, e.g. (1, 4, 16)")
     steps = _timed_pass_steps(candidates)
     trials = {}
     for candidate in candidates:
         model = model_fn()
-        compile_model(model, steps_per_execution=candidate, metrics=["accuracy"])
+        compile_fn(model, candidate)
         probe = InputProbe()
         clock = EpochClock(probe)
         with quiet_fit_warnings():

@@ -84,7 +84,7 @@ class InProcessTrials:
                               f"{SKIP_FACTOR:g}x budget")
         if not self.warmed:
             # the first step of a process also sets up kernels, thread pools and caches
-            # (about 20 MB on a CPU here, whatever the batch): run it outside the measurement
+            # (memory that does not grow with the batch): run it outside the measurement
             self.warmed = True
             self.model.train_on_batch(*self.make_batch(1))
             if self.probe is not None and self.probe.kind == "rss":

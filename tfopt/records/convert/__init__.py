@@ -22,11 +22,10 @@ from pathlib import Path
 
 from tfopt._files import fsync_dir
 from tfopt._progress import Progress
-from tfopt._supervisor import WorkerStartError
 from tfopt._system import usable_cores
 from tfopt._validate import known_options, require
 from tfopt._version import __version__
-from tfopt.errors import DatasetError, DiskFullError
+from tfopt.errors import DatasetError, DiskFullError, WorkerStartError
 from tfopt.records.convert.journal import Journal, resumable_results
 from tfopt.records.convert.options import ConvertOptions, ConvertResult, OnError
 from tfopt.records.convert.output import (

@@ -38,8 +38,8 @@ class OnError(str, enum.Enum):
 class ImageCheck(str, enum.Enum):
     """How each image is proven whole before it is stored."""
 
-    STRUCTURE = "structure"  # judged as the decoder would, without decoding: ~0.1 ms a JPEG
-    DECODE = "decode"  # a decode (JPEGs at 1/8 scale): ~0.7 ms on a 400-px JPEG
+    STRUCTURE = "structure"  # judged as the decoder would, without decoding: no TensorFlow
+    DECODE = "decode"  # a decode (JPEGs at 1/8 scale), TensorFlow in every worker: slower
 
 
 class Compression(str, enum.Enum):
@@ -77,10 +77,11 @@ class ConvertOptions:
             the largest RGB JPEG TensorFlow decodes whole.
         check: How images are checked: ``"structure"`` rejects what TensorFlow's decoder
             rejects without decoding (JPEGs by every marker and segment to the end-of-image
-            marker in ~0.1 ms, PNGs by their chunks, GIFs by their records and LZW data, BMPs
+            marker, PNGs by their chunks, GIFs by their records and LZW data, BMPs
             by their header and size; see :mod:`tfopt.records.image_structure`), decoding only
             the rare image those cannot vouch for; ``"decode"`` decodes each (JPEGs at 1/8
-            scale, ~0.7 ms at 400 px). Defaults to "structure".
+            scale), with TensorFlow in every worker: several times slower. Defaults to
+            "structure".
         on_error: ``"raise"`` or ``"skip"`` (see :class:`OnError`). Defaults to "raise".
         overwrite: Replace a tfopt dataset already in the output folder (never a file tfopt
             did not write). The new dataset is written into a hidden folder beside it,

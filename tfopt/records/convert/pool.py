@@ -4,8 +4,8 @@
 is journaled as it arrives. Ctrl-C is held back while workers start, and answered by the main
 process, and so is SIGTERM (:func:`sigterm_as_interrupt`); a worker that dies (OOM killer) is an
 interruption, which keeps the finished shards, and so are workers that cannot start here
-(:class:`~tfopt._supervisor.WorkerStartError`). The workers do not import the caller's main
-module (:func:`~tfopt._supervisor.worker_context`): no ``if __name__ == "__main__":`` guard is
+(:class:`~tfopt.errors.WorkerStartError`). The workers do not import the caller's main
+module (:func:`~tfopt._spawn.worker_context`): no ``if __name__ == "__main__":`` guard is
 needed around ``convert``.
 
 Example:
@@ -24,14 +24,9 @@ import time
 from pathlib import Path
 
 from tfopt._signals import sigterm_raises
-from tfopt._supervisor import (
-    WorkerStartError,
-    die_with_parent,
-    start_failure,
-    stop_processes,
-    worker_context,
-)
-from tfopt.errors import TfoptError
+from tfopt._spawn import worker_context
+from tfopt._supervisor import die_with_parent, start_failure, stop_processes
+from tfopt.errors import TfoptError, WorkerStartError
 from tfopt.records.convert.journal import Journal
 from tfopt.records.sources.images import single_threaded_decodes
 from tfopt.records.writer import ShardResult, ShardTask, write_shard
@@ -159,7 +154,7 @@ def run_tasks(tasks, dst: Path, workers: int, journal: Journal, done: dict, bar)
         _stop_all(stop, local, executor)
         raise
     # every shard is in: let the idle workers exit on their own (a TensorFlow teardown, where
-    # one decoded images, takes ~0.5 s) instead of making the caller wait for it
+    # one decoded images, is slow) instead of making the caller wait for it
     executor.shutdown(wait=False)
 
 
@@ -177,10 +172,10 @@ class WorkerDied(TfoptError):
 
 
 # Seconds the worker processes get to stop at a shard's next record once told to, before they
-# are terminated: one importing TensorFlow for a decode (about 3 s, more on busy cores) would otherwise
-# hold a Ctrl-C up until its import is done (measured: 4.2 s to exit without this, 1.4 s with
-# 0.5 s here, on 2 busy cores). A terminated worker leaves at most a temporary file, which
-# --resume removes; the shard it was writing is not journaled, so it is redone anyway.
+# are terminated: one importing TensorFlow for a decode (seconds, more on busy cores) would
+# otherwise hold a Ctrl-C up until its import is done. A terminated worker leaves at most a
+# temporary file, which --resume removes; the shard it was writing is not journaled, so it is
+# redone anyway.
 _STOP_GRACE_S = 0.5
 
 

@@ -25,8 +25,8 @@ import numpy as np
 from tfopt.errors import SourceError
 from tfopt.records.manifest import SkippedItem
 from tfopt.records.schema import INT64_MAX, INT64_MIN, Encoding, FeatureKind, FeatureSpec
-from tfopt.records.sources import BadItem, ScannedSource, SourceKind
 from tfopt.records.sources.labels import choose_label, labels_from_values
+from tfopt.records.sources.shared import BadItem, ScannedSource, SourceKind
 
 logger = logging.getLogger("tfopt")
 
@@ -139,8 +139,8 @@ class _Column:
     def see(self, lines: list[int], texts: tuple[str, ...]) -> None:
         """Take in a chunk of the column's cells, ``texts``, read from lines ``lines``.
 
-        A chunk at a time, with the usual cells settled by one regex and a length (the scan
-        of a 300,000-row, 10-column CSV takes about 2 s either way).
+        A chunk at a time, with the usual cells settled by one regex and a length: a common
+        cell costs no float parse.
         """
         if not self.is_float:
             return  # text already: nothing more to learn

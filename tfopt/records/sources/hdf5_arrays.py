@@ -34,9 +34,9 @@ import numpy as np
 
 from tfopt.errors import SourceError
 from tfopt.records.schema import Encoding, FeatureKind, FeatureSpec
-from tfopt.records.sources import ScannedSource, SourceKind, require_memory_for_rows
 from tfopt.records.sources.labels import choose_label
 from tfopt.records.sources.numpy_arrays import array_feature
+from tfopt.records.sources.shared import ScannedSource, SourceKind, require_memory_for_rows
 from tfopt.records.sources.tables import (
     SNIFF_BYTES,
     BlockReader,

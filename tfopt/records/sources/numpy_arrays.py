@@ -26,7 +26,6 @@ import numpy as np
 from tfopt.errors import SourceError
 from tfopt.records.manifest import SkippedItem
 from tfopt.records.schema import INT64_MAX, Encoding, FeatureKind, FeatureSpec
-from tfopt.records.sources import ScannedSource, SourceKind, require_memory_for_rows
 from tfopt.records.sources.labels import choose_label, labels_from_values
 from tfopt.records.sources.paths import (
     UnreadableFile,
@@ -35,6 +34,7 @@ from tfopt.records.sources.paths import (
     path_problem,
     shown_name,
 )
+from tfopt.records.sources.shared import ScannedSource, SourceKind, require_memory_for_rows
 
 logger = logging.getLogger("tfopt")
 
@@ -164,7 +164,8 @@ def array_feature(name: str, dtype: np.dtype, example_shape: list[int] | None,
     if dtype.kind == "S":
         return FeatureSpec(name, FeatureKind.BYTES, "bytes", example_shape, Encoding.BYTES)
     if dtype.kind in "biu":
-        # one byte per value as raw bytes beats a varint list 2-4x in size and parse time
+        # one byte per value as raw bytes: smaller than a varint list (2 bytes a value from
+        # 128 up, 10 for a negative one) and parsed as one copy, not a varint per value
         if dtype.itemsize == 1 and (size is None or size > 1):
             return FeatureSpec(name, FeatureKind.BYTES, dtype.name, example_shape, Encoding.RAW)
         # uint64 too goes into the int64 list (tf.io.decode_raw has no uint64 to read raw bytes

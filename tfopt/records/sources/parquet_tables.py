@@ -32,15 +32,15 @@ import numpy as np
 
 from tfopt.errors import SourceError
 from tfopt.records.schema import Encoding, FeatureKind, FeatureSpec
-from tfopt.records.sources import (
+from tfopt.records.sources.labels import choose_label
+from tfopt.records.sources.numpy_arrays import array_feature
+from tfopt.records.sources.paths import UnreadableFile, is_folder, list_folder, path_problem
+from tfopt.records.sources.shared import (
     PARQUET_SUFFIXES,
     ScannedSource,
     SourceKind,
     require_memory_for_rows,
 )
-from tfopt.records.sources.labels import choose_label
-from tfopt.records.sources.numpy_arrays import array_feature
-from tfopt.records.sources.paths import UnreadableFile, is_folder, list_folder, path_problem
 from tfopt.records.sources.tables import (
     SNIFF_BYTES,
     BlockReader,

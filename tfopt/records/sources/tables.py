@@ -34,8 +34,8 @@ from tfopt.records.image_header import (
 )
 from tfopt.records.manifest import SkippedItem
 from tfopt.records.schema import INT64_MAX, Encoding, FeatureKind, FeatureSpec
-from tfopt.records.sources import BadItem
 from tfopt.records.sources.labels import labels_from_values
+from tfopt.records.sources.shared import BadItem
 
 logger = logging.getLogger("tfopt")
 

@@ -1,0 +1,88 @@
+"""tf.data pipelines for ``tfopt.Run``'s in-memory and dataset sources (:mod:`tfopt.data.inputs`).
+
+Arrays are batched the way Keras batches them in ``model.fit(x, y)``: the example indices are
+shuffled (the whole pass, anew each epoch), cut into batches, and each batch gathered from the
+arrays in one op, so a batch costs one gather per array, not one slice per example. The last
+batch of a pass is partial, as Keras's is, except under several replicas, where every step
+needs the whole global batch. A resumed run skips the batches of the epochs its backup holds
+on the index stream (no data is read to skip), so with a seed it trains on an uninterrupted
+run's data order.
+
+A ``tf.data.Dataset`` is kept as given: its elements, batching and shuffling are the user's;
+only a prefetch is added where it ends without one. Each epoch of ``fit`` iterates it anew, as
+``model.fit(dataset)`` does, and a resumed run first opens (and drops) one iterator per epoch
+done, which advances a reshuffling shuffle's seed as those epochs did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import tensorflow as tf
+
+import tfopt.rules as rules
+from tfopt._system import usable_cores
+from tfopt.data.inputs import ArraysInput, DatasetInput
+
+__all__ = ["array_batches", "array_steps", "dataset_for_fit"]
+
+
+def array_steps(examples: int, batch_size: int, drop_remainder: bool) -> int:
+    """Batches in one pass of ``examples`` examples."""
+    return examples // batch_size if drop_remainder else -(-examples // batch_size)
+
+
+def _tensors(value):
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        return {key: tf.convert_to_tensor(item) for key, item in value.items()}
+    return tf.convert_to_tensor(value)
+
+
+def array_batches(arrays: ArraysInput, x, batch_size: int, *, training: bool,
+                  seed: int | None = None, drop_remainder: bool = False,
+                  skip_batches: int = 0) -> tf.data.Dataset:
+    """Batches of ``(x, y[, sample_weight])`` from ``arrays``; ``x`` as the model takes it
+    (:meth:`ArraysInput.features`).
+
+    Training: shuffled anew every pass, repeated, the first ``skip_batches`` batches of the
+    stream skipped (a resumed run's). Evaluation: one pass in order.
+    """
+    examples = len(arrays)
+    parts = tuple(part for part in (x, arrays.y, arrays.sample_weight) if part is not None)
+    tensors = tuple(_tensors(part) for part in parts)
+    indices = tf.data.Dataset.range(examples)
+    if training:
+        # the whole pass's order, drawn anew each pass (Keras's shuffle=True for arrays)
+        indices = indices.shuffle(examples, seed=seed, reshuffle_each_iteration=True)
+    batches = indices.batch(batch_size, drop_remainder=drop_remainder)
+    if training:
+        batches = batches.repeat()
+        if skip_batches:
+            batches = batches.skip(skip_batches)
+
+    def gather(index):
+        return tf.nest.map_structure(lambda tensor: tf.gather(tensor, index), tensors)
+
+    dataset = batches.map(gather, num_parallel_calls=rules.parallel_calls(usable_cores()),
+                          deterministic=True)
+    options = tf.data.Options()
+    options.autotune.enabled = rules.AUTOTUNE_ENABLED  # as the builder's pipelines
+    return dataset.prefetch(rules.PREFETCH_DEPTH).with_options(options)
+
+
+def dataset_for_fit(given: DatasetInput, *, batch_size: int | None = None,
+                    skip_passes: int = 0) -> tf.data.Dataset:
+    """The user's dataset as ``fit`` reads it: as given (batched to ``batch_size`` when one is
+    given: an unbatched dataset's examples, or a batched one's re-batched), prefetched.
+
+    ``skip_passes`` iterators are opened and dropped first, so a reshuffling shuffle continues
+    where the epochs done left its seed.
+    """
+    dataset = given.dataset
+    for _ in range(skip_passes):
+        iter(dataset)  # each new iterator draws the next seeds of the dataset's shuffles
+    if batch_size is not None:
+        dataset = (dataset.unbatch() if given.facts.batched else dataset).batch(batch_size)
+    return dataset.prefetch(tf.data.AUTOTUNE)
