@@ -16,6 +16,7 @@ from tfopt._validate import choice, fail, is_bool, is_int, optional_whole_number
 __all__ = ["AUTO", "BatchNorm", "RunConfig"]
 
 AUTO = "auto"
+DEFAULT_BATCH_SIZE = 64  # per replica, where the data brings no batch of its own
 
 
 class BatchNorm(str, enum.Enum):
@@ -36,12 +37,16 @@ class RunConfig:
     """The intent of a :class:`tfopt.Run`; two configs of the same arguments are equal anywhere.
 
     Attributes:
-        source: A tfopt dataset folder (from ``tfopt convert``), a glob, or a list of TFRecord
-            files.
+        source: What to train on: a tfopt dataset folder (from ``tfopt convert``), a glob or a
+            list of TFRecord files; ``(x, y)`` or ``(x, y, sample_weight)`` arrays (or dicts
+            of arrays) as ``model.fit(x, y)`` takes them; a pandas DataFrame with ``label``;
+            or a ``tf.data.Dataset`` of such tuples, batched or not.
+        label: A DataFrame's label column, or a list of them; None for other sources.
         image_size: Side (or ``(height, width)``) of the images the model takes; required for
             image data, None for other features.
         batch_size: Examples per replica per step; the global batch is this times the replicas.
-            Defaults to 64.
+            Defaults to None: 64, or a batched dataset's own batches (kept as the global
+            batch; a batch_size given re-batches its examples).
         workdir: The run's folder: backups (a rerun resumes from them), the best model,
             ``history.csv`` and the steps_per_execution trial. Defaults to None (no backups,
             no history).
@@ -61,8 +66,10 @@ class RunConfig:
             model to crop and flip on the accelerator). Defaults to "auto".
         batch_norm: "auto", "fused", "synchronized" or "keras" (:class:`BatchNorm`). Defaults
             to "auto".
-        validation: "auto" (the source's validation split when it has one), None (no
-            evaluation), or another source to evaluate on. Defaults to "auto".
+        validation: "auto" (the shards' validation split when they have one), None (no
+            evaluation), another source of the same kind to evaluate on, or for arrays and a
+            DataFrame a fraction held out from the end (as Keras's ``validation_split``).
+            Defaults to "auto".
         seed: Seed of the initial weights (set on entering ``run.scope()``), shuffling and
             crops; with one, a resumed run trains on the same data order as an uninterrupted
             one. Defaults to None (random).
@@ -79,9 +86,9 @@ class RunConfig:
         tfopt.errors.InvalidArgumentError: A field outside what is allowed (the message names it).
     """
 
-    source: object
+    source: object = dataclasses.field(compare=False)  # arrays have no equality: see source_id
     image_size: int | tuple[int, int] | None = None
-    batch_size: int = 64
+    batch_size: int | None = None
     workdir: str | os.PathLike | None = None
     precision: str = AUTO
     strategy: object = AUTO
@@ -90,20 +97,30 @@ class RunConfig:
     cache: bool | str = AUTO
     augment: bool | str = AUTO
     batch_norm: str = BatchNorm.AUTO.value
-    validation: object = AUTO
+    validation: object = dataclasses.field(default=AUTO, compare=False)
     seed: int | None = None
     keep: int = 3
     copy_to: str | os.PathLike | None = None
     copy_keep: int | None = None
+    label: str | tuple[str, ...] | None = None
 
     def __post_init__(self):
         def set_field(name, value):
             object.__setattr__(self, name, value)
 
         if self.source is None:
-            raise fail("source", None, "a tfopt dataset folder, a glob or a list of files")
-        set_field("batch_size", whole_number(self.batch_size, "batch_size", 1,
-                                             "a positive int (examples per replica per step)"))
+            raise fail("source", None, "TFRecord files (a tfopt dataset folder, a glob or a "
+                       "list of files), (x, y) arrays, a DataFrame or a tf.data.Dataset")
+        if self.batch_size is not None:
+            set_field("batch_size", whole_number(
+                self.batch_size, "batch_size", 1, "a positive int (examples per replica per "
+                "step) or None"))
+        if self.label is not None:
+            labels = (self.label,) if isinstance(self.label, str) else self.label
+            if not (isinstance(labels, (list, tuple)) and labels
+                    and all(isinstance(name, str) and name for name in labels)):
+                raise fail("label", self.label, "a column name or a list of them")
+            set_field("label", labels[0] if len(labels) == 1 else tuple(labels))
         if self.workdir is not None:
             if not isinstance(self.workdir, (str, os.PathLike)):
                 raise fail("workdir", self.workdir, "a folder path, or None")
@@ -142,6 +159,11 @@ class RunConfig:
     def replace(self, **changes) -> RunConfig:
         """A copy with ``changes`` applied (and validated)."""
         return dataclasses.replace(self, **changes)
+
+    @property
+    def per_replica_batch(self) -> int:
+        """``batch_size``, or its default."""
+        return self.batch_size if self.batch_size is not None else DEFAULT_BATCH_SIZE
 
     @property
     def random_crop(self) -> bool | str | None:

@@ -48,6 +48,11 @@ class RunFacts:
         resume_epoch: Epochs the workdir's newest backup holds (0 without one).
         resume_from: The second location (``copy_to``) when that backup is there; None when
             it is in the workdir.
+        dataset_batch: The global batch a batched ``tf.data.Dataset`` brings and keeps (None:
+            not such a source, or its batch is not known before it is read).
+        keeps_batches: The source is a batched dataset whose batches are kept as they come.
+        validation_reason: What the validation data is, in words, where ``Run`` read it from
+            the source (arrays held out, a dataset given); None: the planner's own words.
     """
 
     replicas: int
@@ -62,13 +67,16 @@ class RunFacts:
     has_validation: bool = False
     resume_epoch: int = 0
     resume_from: str | None = None
+    dataset_batch: int | None = None
+    keeps_batches: bool = False
+    validation_reason: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class RunPlan:
     """Every decision of a run, typed; ``Run.describe()`` renders it."""
 
-    global_batch: int
+    global_batch: int | None  # None: a batched dataset's own, not known before it is read
     replicas: int
     workers: int
     policy: str
@@ -103,10 +111,15 @@ def _batch_norm(config: RunConfig, facts: RunFacts) -> tuple[BatchNorm, str]:
                              "activations)")
 
 
-def _accumulation(config: RunConfig, global_batch: int) -> tuple[int, str]:
+def _accumulation(config: RunConfig, global_batch: int | None) -> tuple[int, str]:
     effective = config.effective_batch_size
     if effective is None:
         return 1, "none: one optimizer update per step"
+    if global_batch is None:
+        raise InvalidArgumentError(
+            f"effective_batch_size={effective}: needs a known global batch, and the dataset's "
+            "own batches are not known before it is read; pass batch_size= (the dataset is "
+            "then re-batched) or batch it with drop_remainder=True")
     if effective % global_batch:
         raise InvalidArgumentError(
             f"effective_batch_size={effective}: expected a multiple of the global batch "
@@ -147,12 +160,15 @@ def plan_run(config: RunConfig, facts: RunFacts) -> RunPlan:
             under several replicas, an effective batch that is not a multiple of the global
             batch.
     """
-    global_batch = config.batch_size * facts.replicas
+    global_batch = (facts.dataset_batch if facts.keeps_batches
+                    else config.per_replica_batch * facts.replicas)
     batch_norm, batch_norm_reason = _batch_norm(config, facts)
     accumulation, accumulation_reason = _accumulation(config, global_batch)
     spe, spe_source, spe_reason = _steps_per_execution(config, facts)
     if config.validation is None:
         validation, validation_reason = False, "none asked (validation=None)"
+    elif facts.validation_reason is not None:
+        validation, validation_reason = True, facts.validation_reason
     elif config.validation != AUTO:
         validation, validation_reason = True, f"{config.validation}"
     elif facts.has_validation:

@@ -23,6 +23,7 @@ import tfopt.rules as rules
 from tfopt._internals.keras_model import initial_epoch
 from tfopt._internals.tf_runtime import op_determinism_enabled
 from tfopt.data.augment.layer import Augment
+from tfopt.data.inputs import is_in_memory_or_dataset
 from tfopt.data.pipeline import PipelineBuilder
 from tfopt.data.plan_types import pass_records
 from tfopt.distribute.cluster import cluster_info
@@ -32,6 +33,7 @@ from tfopt.records.format.layout import resolve_dataset
 from tfopt.records.format.tfrecord import tf_compression_type
 from tfopt.run.config import AUTO, BatchNorm, RunConfig
 from tfopt.run.plan import RunFacts, RunPlan, SpeSource, plan_run
+from tfopt.run.training_data import DatasetData, MemoryData, training_data
 from tfopt.run.workdir import (
     HISTORY_FILE,
     read_spe_choice,
@@ -50,7 +52,11 @@ from tfopt.train.callbacks import (
 from tfopt.train.fused_batch_norm import fuse_batch_norm
 from tfopt.train.precision import PolicyChoice, check_model_precision, choose_policy, enable_policy
 from tfopt.train.sync_batch_norm import synchronize_batch_norm
-from tfopt.tune.steps_per_execution import trial_steps, tune_steps_per_execution
+from tfopt.tune.steps_per_execution import (
+    trial_steps,
+    tune_steps_per_execution,
+    tune_steps_per_execution_on,
+)
 
 logger = logging.getLogger("tfopt")
 
@@ -103,7 +109,8 @@ class _ResumeCheck(keras.callbacks.Callback):
 
 
 class Run:
-    """One object for the common job: train a Keras model on tfopt shards the tfopt way.
+    """One object for the common job: train a Keras model the tfopt way, on TFRecord shards,
+    NumPy arrays, a DataFrame or a ``tf.data.Dataset``.
 
     Building a ``Run`` decides everything that does not need the model: the strategy (built),
     the precision policy, the training and validation pipelines, where a rerun resumes.
@@ -114,15 +121,18 @@ class Run:
     ``run.train``, ``run.steps_per_epoch``, ``run.validation``, ``run.callbacks()``.
 
     Args:
-        source: A tfopt dataset folder, a glob or a list of TFRecord files.
-        **options: :class:`~tfopt.run.config.RunConfig` fields (``image_size``,
+        source: A tfopt dataset folder, a glob or a list of TFRecord files; ``(x, y)`` or
+            ``(x, y, sample_weight)`` arrays; a pandas DataFrame (with ``label=``); or a
+            ``tf.data.Dataset`` of such tuples.
+        **options: :class:`~tfopt.run.config.RunConfig` fields (``label``, ``image_size``,
             ``batch_size`` per replica, ``workdir``, ``precision``, ``strategy``,
             ``steps_per_execution``, ``effective_batch_size``, ``cache``, ``augment``,
             ``batch_norm``, ``validation``, ``seed``, and the backups' ``keep``, ``copy_to``,
             ``copy_keep``); each choice defaults to "auto".
 
     Raises:
-        tfopt.errors.InvalidArgumentError: An option out of range, or a combination that cannot work.
+        tfopt.errors.InvalidArgumentError: An option out of range, a combination that cannot
+            work, or a source that is not what ``fit`` takes (named by its type and shape).
         tfopt.errors.DatasetError: Nothing readable at ``source``.
 
     Example:
@@ -143,15 +153,33 @@ class Run:
         self._gpus = len(tf.config.list_physical_devices("GPU"))
         policy = (choose_policy() if config.precision == AUTO
                   else PolicyChoice(config.precision, "given"))
-        global_batch = config.batch_size * replicas
-        # the planner reads the strategy's replicas and workers (drop_remainder, sharding)
-        self._train_builder = PipelineBuilder(
-            source, batch_size=global_batch, training=True, image_size=config.image_size,
-            cache=config.cache, random_crop=config.random_crop, seed=config.seed,
-            split="train", input_context=self.strategy)
-        has_validation = (config.validation not in (None, AUTO)
-                          or (config.validation == AUTO and _has_validation_split(source)))
+        global_batch = config.per_replica_batch * replicas
         cluster = cluster_info()
+        self._data: MemoryData | DatasetData | None = None
+        self._train_builder: PipelineBuilder | None = None
+        if is_in_memory_or_dataset(source):
+            # read once, checked before anything is built or written
+            batch = None if config.batch_size is None else global_batch
+            self._data = training_data(source, config.validation, label=config.label,
+                                       batch_size=batch)
+            has_validation = self._data.validation_input is not None
+        else:
+            if config.label is not None:
+                raise InvalidArgumentError(
+                    f"label={config.label!r}: only for a DataFrame source; TFRecord shards "
+                    "name their label feature themselves")
+            if isinstance(config.validation, float):
+                raise InvalidArgumentError(
+                    f"validation={config.validation}: a fraction is held out of arrays or a "
+                    "DataFrame; TFRecord shards bring their validation split (tfopt convert "
+                    "--val-fraction) or take validation= other shards")
+            # the planner reads the strategy's replicas and workers (drop_remainder, sharding)
+            self._train_builder = PipelineBuilder(
+                source, batch_size=global_batch, training=True, image_size=config.image_size,
+                cache=config.cache, random_crop=config.random_crop, seed=config.seed,
+                split="train", input_context=self.strategy)
+            has_validation = (config.validation not in (None, AUTO)
+                              or (config.validation == AUTO and _has_validation_split(source)))
         if config.copy_to is not None:
             BackupStore(config.copy_to)  # a URL fsspec cannot open: refused now, not at fit
         resumed, resume_from = resume_epoch(config.workdir, config.copy_to)
@@ -161,16 +189,17 @@ class Run:
             chief=bool(getattr(self.strategy.extended, "should_checkpoint", True)),
             policy=policy.name,
             policy_reason=policy.reason,
-            steps_per_epoch=self._train_builder.steps_per_epoch,
+            steps_per_epoch=self._source_steps(global_batch, replicas),
             trial_steps=trial_steps(),
-            trial_possible=self._trial_image_size() is not None,
+            trial_possible=self._data is not None or self._trial_image_size() is not None,
             has_validation=has_validation,
             resume_epoch=resumed,
             resume_from=resume_from,
+            **self._data_facts(),
         )
         self.plan: RunPlan = plan_run(config, self._facts)
         self._eval_builder = None
-        if self.plan.validation:
+        if self.plan.validation and self._data is None:
             evaluate = source if config.validation == AUTO else config.validation
             split = VALIDATION_SPLIT if config.validation == AUTO else _split_to_evaluate(evaluate)
             self._eval_builder = PipelineBuilder(
@@ -203,8 +232,28 @@ class Run:
 
     @property
     def steps_per_epoch(self) -> int | None:
-        """Batches in one pass of the training split (None when its length is unknown)."""
-        return self._train_builder.steps_per_epoch
+        """Batches in one pass of the training data (None when its length is unknown)."""
+        return self._facts.steps_per_epoch
+
+    def _source_steps(self, global_batch: int, replicas: int) -> int | None:
+        if self._train_builder is not None:
+            return self._train_builder.steps_per_epoch
+        if isinstance(self._data, MemoryData):
+            return self._data.steps_per_epoch(global_batch, drop_remainder=replicas > 1)
+        return self._data.steps_per_epoch(global_batch)
+
+    def _data_facts(self) -> dict:
+        """What the planner reads of an in-memory or dataset source."""
+        if self._data is None:
+            return {}
+        facts = {"validation_reason": self._data.validation_reason()}
+        if isinstance(self._data, DatasetData) and self._data.keeps_batches:
+            facts.update(keeps_batches=True, dataset_batch=self._data.own_batch())
+        return facts
+
+    def _shown_source(self) -> str:
+        return (self._data.input.facts.shown if self._data is not None
+                else str(self.config.source))
 
     @property
     def probe(self) -> InputProbe | None:
@@ -212,18 +261,29 @@ class Run:
         return self._probe
 
     @property
-    def train_pipeline(self) -> PipelineBuilder:
-        """The training :class:`~tfopt.data.pipeline.PipelineBuilder` (its plan and choices)."""
+    def train_pipeline(self) -> PipelineBuilder | None:
+        """The training :class:`~tfopt.data.pipeline.PipelineBuilder` (its plan and choices);
+        None for arrays, a DataFrame or a dataset."""
         return self._train_builder
 
     @property
     def train(self) -> tf.data.Dataset:
-        """The training dataset: repeating, probed, positioned where a resumed fit starts."""
+        """The training dataset: repeating, probed, positioned where a resumed fit starts (for
+        TFRecord shards; arrays, DataFrames and datasets are built for a model in ``fit``)."""
+        self._shards_only("run.train")
         return self._train_dataset(self._steps(None), self._spe())
+
+    def _shards_only(self, what: str) -> None:
+        if self._data is not None:
+            raise InvalidArgumentError(
+                f"{what}: only for TFRecord shards; with {self._shown_source()} call "
+                "run.fit(model, ...), which builds the data for that model")
 
     @property
     def validation(self) -> tf.data.Dataset | None:
         """The evaluation dataset (every record once, in order), or None without one."""
+        if self._data is not None:
+            self._shards_only("run.validation")
         if self._eval_builder is not None and self._validation is None:
             self._validation = self._eval_builder.build()
         return self._validation
@@ -231,6 +291,7 @@ class Run:
     @property
     def num_classes(self) -> int:
         """Classes of the label: the manifest's class names, else the largest label + 1."""
+        self._shards_only("run.num_classes")
         if self._classes is None:
             source = self._train_builder.source
             if source.label_key is None:
@@ -275,11 +336,20 @@ class Run:
             resume += f" in {self._facts.resume_from} (the workdir holds none as new)"
         if plan.resume_epoch and config.seed is None:
             resume += " (no seed: the data order differs from an uninterrupted run's)"
+        elif plan.resume_epoch and isinstance(self._data, DatasetData):
+            resume += (" (the dataset's own shuffles start from their seeds again: the data "
+                       "order differs from an uninterrupted run's)")
+        if plan.global_batch is None:
+            batch = "the dataset's own batches, kept as the global batch"
+        elif self._facts.keeps_batches:
+            batch = f"the dataset's own batches of {plan.global_batch}, kept as the global batch"
+        else:
+            batch = (f"{config.per_replica_batch} per replica x {plan.replicas} = "
+                     f"{plan.global_batch} per step")
         lines = [
-            f"tfopt.Run on {config.source}",
+            f"tfopt.Run on {self._shown_source()}",
             *self._strategy_plan.describe(self.strategy).splitlines(),
-            f"batch        {config.batch_size} per replica x {plan.replicas} = "
-            f"{plan.global_batch} per step",
+            f"batch        {batch}",
             f"precision    {plan.policy}: {plan.policy_reason}",
             f"batch norm   {plan.batch_norm.value}: {plan.batch_norm_reason}",
             f"accumulation {plan.accumulation_reason}",
@@ -289,13 +359,22 @@ class Run:
             f"workdir      {workdir}",
             f"backups      {backups}",
             f"resume       {resume}",
-            "training pipeline:",
-            *("  " + line for line in self._train_builder.choices.describe().splitlines()),
+            *self._data_lines(),
         ]
         return "\n".join(lines)
 
+    def _data_lines(self) -> list[str]:
+        if self._data is None:
+            return ["training pipeline:", *("  " + line for line in
+                                            self._train_builder.choices.describe().splitlines())]
+        if isinstance(self._data, MemoryData):
+            return self._data.describe(self.plan.global_batch, self.plan.replicas > 1)
+        return self._data.describe(self.plan.global_batch)
+
     def _cache_may_go(self) -> bool:
         """Whether a fit of one pass or less would leave out a pipeline's cache."""
+        if self._train_builder is None:
+            return False
         builders = [self._train_builder, *([self._eval_builder] if self._eval_builder else [])]
         return any(b.config.cache == AUTO and b.plan.cache is not rules.CacheMode.NONE
                    for b in builders)
@@ -348,6 +427,8 @@ class Run:
             raise InvalidArgumentError(
                 "compile(steps_per_execution=...): give it to the Run "
                 "(tfopt.Run(..., steps_per_execution=N)); 'auto' tunes it")
+        if isinstance(self._data, MemoryData):
+            self._data.check(model)  # a DataFrame's columns this model cannot take: refused now
         with self._entered():
             self._rewrite_batch_norm(model)
             if isinstance(optimizer, (str, dict)):
@@ -355,7 +436,8 @@ class Run:
             if self.plan.accumulation_steps > 1:
                 configure_accumulation(optimizer, self.config.effective_batch_size,
                                        self.plan.global_batch)
-            spe = self._resolve_steps_per_execution(model)
+            spe = self._resolve_steps_per_execution(model, optimizer, loss, metrics,
+                                                    compile_options)
             if self.steps_per_epoch is not None and spe > self.steps_per_epoch:
                 spe = self.steps_per_epoch  # a call longer than an epoch would run past it
             model.compile(optimizer=optimizer, loss=loss, metrics=metrics,
@@ -404,6 +486,9 @@ class Run:
             tfopt.errors.InvalidArgumentError: The training split's length is unknown and no
                 ``steps_per_epoch`` is given.
         """
+        if self._data is not None:
+            return self._fit_data(model, epochs, steps_per_epoch, callbacks, verbose,
+                                  fit_options)
         spe = int(getattr(model, "steps_per_execution", 1) or 1)
         steps = self._steps(steps_per_epoch)
         if steps > spe and steps % spe:
@@ -428,6 +513,48 @@ class Run:
                              validation_data=validation,
                              callbacks=[*self.callbacks(), *callbacks], verbose=verbose,
                              **fit_options)
+
+    def _fit_data(self, model, epochs, steps_per_epoch, callbacks, verbose, fit_options):
+        """``fit`` on arrays, a DataFrame or a dataset (see :meth:`fit`)."""
+        data = self._data
+        spe = int(getattr(model, "steps_per_execution", 1) or 1)
+        fit_options.setdefault("shuffle", False)  # the stream shuffles (or the user's dataset)
+        global_batch = self.plan.global_batch
+        if isinstance(data, MemoryData):
+            data.check(model)
+            steps = steps_per_epoch or self.steps_per_epoch
+            if steps > spe and steps % spe:
+                steps = steps // spe * spe  # whole calls, as for shards (the stream goes on)
+            batches = -(-steps // spe) * spe
+            skip = self.plan.resume_epoch * batches // self.plan.workers
+            train = data.train(model, global_batch, drop_remainder=self.plan.replicas > 1,
+                               seed=self._stream_seed(), skip_batches=skip)
+            validation = data.validation(model, global_batch)
+        else:
+            if data.input.facts.endless and steps_per_epoch is None:
+                raise InvalidArgumentError(
+                    f"steps_per_epoch=None: the training dataset ({data.input.facts.shown}) "
+                    "repeats forever; pass run.fit(model, epochs, steps_per_epoch=N)")
+            # each epoch iterates the dataset anew, as model.fit(dataset) does. A resumed run
+            # starts its shuffles from their seeds again: Keras iterates its own copy of the
+            # dataset, whose seed state an iterator opened here does not advance
+            train = data.train(global_batch, skip_passes=0)
+            steps = steps_per_epoch
+            validation = data.validation(global_batch)
+        if self._probe is not None:
+            train = self._probe.instrument(train)
+        with self._entered():
+            return model.fit(train, epochs=epochs, steps_per_epoch=steps,
+                             validation_data=validation,
+                             callbacks=[*self.callbacks(), *callbacks], verbose=verbose,
+                             **fit_options)
+
+    def _stream_seed(self) -> int | None:
+        """The arrays' shuffle seed: the run's, else one every worker shares (each must draw
+        the same order for the strategy to split its batches), else none."""
+        if self.config.seed is not None:
+            return self.config.seed
+        return 0 if self.plan.workers > 1 else None
 
     # -- the parts ---------------------------------------------------------------------------
 
@@ -512,12 +639,16 @@ class Run:
         return size
 
     def _spe_key(self, model) -> dict:
-        return {"params": int(model.count_params()), "layers": len(model.layers),
-                "global_batch": self.plan.global_batch, "policy": self.plan.policy,
-                "replicas": self.plan.replicas, "batch_norm": self.plan.batch_norm.value,
-                "image_size": self._trial_image_size()}
+        key = {"params": int(model.count_params()), "layers": len(model.layers),
+               "global_batch": self.plan.global_batch, "policy": self.plan.policy,
+               "replicas": self.plan.replicas, "batch_norm": self.plan.batch_norm.value,
+               "image_size": self._trial_image_size()}
+        if self._data is not None:
+            key["source"] = self._data.kind.value
+        return key
 
-    def _resolve_steps_per_execution(self, model) -> int:
+    def _resolve_steps_per_execution(self, model, optimizer=None, loss=None, metrics=None,
+                                     compile_options=None) -> int:
         """The plan's value; where it asks for a trial, a cached one for this model, else the
         trial (on clones of the model, their batch norm rewritten the same), kept."""
         if self.plan.spe_source is not SpeSource.TRIAL:
@@ -534,9 +665,19 @@ class Run:
             self._rewrite_batch_norm(copy)
             return copy
 
-        spe, rates = tune_steps_per_execution(clone, self.plan.global_batch,
-                                              self._trial_image_size(), max(2, self.num_classes),
-                                              seed=self.config.seed or 0)
+        if self._data is None:
+            spe, rates = tune_steps_per_execution(clone, self.plan.global_batch,
+                                                  self._trial_image_size(),
+                                                  max(2, self.num_classes),
+                                                  seed=self.config.seed or 0)
+        else:
+            def compile_clone(copy, steps_per_execution):
+                copy.compile(optimizer=_fresh(optimizer), loss=_fresh(loss),
+                             metrics=_fresh(metrics), steps_per_execution=steps_per_execution,
+                             **(compile_options or {}))
+
+            spe, rates = tune_steps_per_execution_on(clone, compile_clone,
+                                                     self._trial_batches(model))
         self._spe_trial = rates
         if self.config.workdir is not None and self._facts.chief:
             write_spe_choice(self.config.workdir, key, spe, rates)
@@ -545,9 +686,29 @@ class Run:
                                 "smallest within 3 % of the fastest)")
         return spe
 
+    def _trial_batches(self, model) -> tf.data.Dataset:
+        """A few real batches of the training data for the trial (read once, held in memory)."""
+        count = 4
+        if isinstance(self._data, MemoryData):
+            return self._data.trial_batches(model, self.plan.global_batch, count)
+        return self._data.trial_batches(self.plan.global_batch, count)
+
     def _replan(self, **facts) -> None:
         self._facts = dataclasses.replace(self._facts, **facts)
         self.plan = plan_run(self.config, self._facts)
+
+
+def _fresh(value):
+    """A new copy of a Keras optimizer, loss or metric (a clone's must not share the user's
+    state); names and plain functions as they are."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_fresh(item) for item in value)
+    if isinstance(value, dict):
+        return {key: _fresh(item) for key, item in value.items()}
+    get_config = getattr(value, "get_config", None)
+    if get_config is None or isinstance(value, str):
+        return value
+    return type(value).from_config(get_config())
 
 
 def _with_trial(plan: RunPlan, spe: int, reason: str) -> RunPlan:

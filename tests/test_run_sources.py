@@ -1,0 +1,185 @@
+"""tfopt.Run on what model.fit takes besides TFRecord shards: NumPy arrays, a pandas DataFrame and
+a tf.data.Dataset: real fits, the validation each brings, the trial on real batches, a resumed
+run that ends with an uninterrupted run's weights, and bad input refused before training."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tfopt.errors import InvalidArgumentError
+
+keras = pytest.importorskip("keras")
+
+
+def signal(n=320, features=6, seed=0):
+    """Examples whose class is whether their features sum above the middle: learnable."""
+    rng = np.random.default_rng(seed)
+    x = rng.random((n, features), dtype=np.float32)
+    y = (x.sum(axis=1) > features / 2).astype(np.int64)
+    return x, y
+
+
+def classifier(features=6, inputs=None):
+    if inputs is None:
+        inputs = [keras.Input((features,))]
+        joined = inputs[0]
+    else:
+        joined = keras.layers.Concatenate()([keras.layers.Reshape((1,))(i) for i in inputs])
+    hidden = keras.layers.Dense(16, activation="relu")(joined)
+    return keras.Model(inputs, keras.layers.Dense(2)(hidden))
+
+
+def compile_and_fit(run, epochs=3, model_fn=classifier, **fit):
+    with run.scope():
+        model = model_fn()
+    run.compile(model, keras.optimizers.Adam(0.01),
+                keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                metrics=["accuracy"])
+    return model, run.fit(model, epochs=epochs, verbose=0, **fit)
+
+
+def test_arrays_train_with_a_held_out_fraction_as_keras_validation_split(tf, tmp_path):
+    import tfopt
+
+    x, y = signal()
+    run = tfopt.Run((x, y), batch_size=32, validation=0.25, seed=0, steps_per_execution=1)
+    assert run.steps_per_epoch == 8  # 240 of 320 examples, 32 a step
+    text = run.describe()
+    assert "tfopt.Run on tuple(float32[320, 6], int64[320])[0:240]" in text
+    assert "the last 0.25 of the examples (80)" in text and "arrays in memory" in text
+    assert "0.1" not in text.split("data")[0]  # no value of the arrays anywhere
+    _, history = compile_and_fit(run, epochs=20)
+    assert history.history["val_accuracy"][-1] > 0.8  # learnt, evaluated on the held-out 80
+    assert len(history.history["loss"]) == 20
+
+
+def test_a_dataframe_reaches_named_inputs_or_one_matrix(tf):
+    pd = pytest.importorskip("pandas")
+    import tfopt
+
+    x, y = signal(features=3)
+    frame = pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "c": x[:, 2], "target": y})
+    run = tfopt.Run(frame, label="target", batch_size=32, validation=0.2, seed=1,
+                    steps_per_execution=1)
+    assert "3 feature columns" in run.describe()
+    _, history = compile_and_fit(run, epochs=6, model_fn=lambda: classifier(3))
+    assert history.history["val_accuracy"][-1] > 0.7
+    named = tfopt.Run(frame, label="target", batch_size=32, seed=1, steps_per_execution=1)
+    inputs = [keras.Input((), name=name) for name in ("c", "a", "b")]
+    _, history = compile_and_fit(named, epochs=2, model_fn=lambda: classifier(inputs=inputs))
+    assert len(history.history["loss"]) == 2
+
+
+def test_a_dataset_keeps_its_batches_or_is_batched_and_validates_on_the_given_one(tf):
+    import tfopt
+
+    x, y = signal()
+    examples = tf.data.Dataset.from_tensor_slices((x, y))
+    val = tf.data.Dataset.from_tensor_slices(signal(64, seed=1)).batch(16)
+    batched = tfopt.Run(examples.shuffle(320, seed=0).batch(40), validation=val,
+                        steps_per_execution=1)
+    assert batched.plan.global_batch is None and batched.steps_per_epoch == 8
+    assert "its own batches kept as the global batch" in batched.describe()
+    _, history = compile_and_fit(batched, epochs=2)
+    assert "val_loss" in history.history
+    unbatched = tfopt.Run(examples, batch_size=64, steps_per_execution=1)
+    assert unbatched.plan.global_batch == 64 and unbatched.steps_per_epoch == 5
+    assert "batched here to the global batch 64" in unbatched.describe()
+    compile_and_fit(unbatched, epochs=1)
+
+
+def test_the_trial_times_the_users_model_on_its_own_batches_and_is_kept(tf, tmp_path):
+    import tfopt
+
+    x, y = signal(170 * 8)
+    run = tfopt.Run((x, y), batch_size=8, workdir=tmp_path / "run", seed=0)
+    assert run.plan.spe_source.value == "trial"
+    model, _ = compile_and_fit(run, epochs=1)
+    assert set(run.steps_per_execution_trial) == {1, 4, 16}
+    assert model.steps_per_execution in (1, 4, 16)
+    again = tfopt.Run((x, y), batch_size=8, workdir=tmp_path / "run", seed=0)
+    compile_and_fit(again, epochs=1)
+    assert again.plan.spe_source.value == "cached"
+
+
+class Interrupt(Exception):
+    pass
+
+
+class StopAfter(keras.callbacks.Callback):
+    def __init__(self, epoch):
+        super().__init__()
+        self.epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch + 1 == self.epoch:
+            raise Interrupt
+
+
+# A dataset source resumes too, but its own shuffles restart from their seeds (describe() says
+# so): Keras iterates its copy of the dataset, whose seed state cannot be advanced from here.
+@pytest.mark.parametrize("kind", ["arrays"])
+def test_a_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(tf, tmp_path, kind):
+    import tfopt
+
+    x, y = signal()
+
+    def source():
+        if kind == "arrays":
+            return (x, y)
+        return (tf.data.Dataset.from_tensor_slices((x, y))
+                .shuffle(320, seed=5, reshuffle_each_iteration=True).batch(32))
+
+    def run(workdir, stop=None):
+        keras.utils.set_random_seed(0)
+        made = tfopt.Run(source(), batch_size=32 if kind == "arrays" else None,
+                         workdir=workdir, seed=0, steps_per_execution=1, precision="float32")
+        extra = [StopAfter(stop)] if stop else []
+        model, _ = compile_and_fit(made, epochs=4, callbacks=extra)
+        return model
+
+    reference = run(tmp_path / "whole").get_weights()
+    with pytest.raises(Interrupt):
+        run(tmp_path / "cut", stop=2)
+    resumed = run(tmp_path / "cut")
+    for a, b in zip(reference, resumed.get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("source", "options", "match"), [
+    (lambda tf: (np.zeros((10, 2)), np.zeros(9)), {}, "arrays of different lengths"),
+    (lambda tf: (np.zeros((10, 2)), np.zeros(10)), {"validation": 1.5},
+     "validation=1.5: expected a fraction"),
+    (lambda tf: (np.zeros((10, 2)), np.zeros(10)), {"label": "y"}, "label='y': only for a "
+                                                                   "DataFrame"),
+    (lambda tf: tf.data.Dataset.range(5), {}, "expected \\(x, y\\) or \\(x, y, sample_weight"),
+    (lambda tf: tf.data.Dataset.from_tensor_slices((np.zeros((4, 2)), np.zeros(4))),
+     {"validation": 0.5}, "a fraction is held out of arrays or a DataFrame"),
+])
+def test_bad_input_is_refused_before_training_and_nothing_is_written(tf, tmp_path, source,
+                                                                     options, match):
+    import tfopt
+
+    with pytest.raises(InvalidArgumentError, match=match):
+        tfopt.Run(source(tf), workdir=tmp_path / "run", **options)
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_endless_dataset_needs_steps_per_epoch_and_a_dataframe_numeric_columns(tf, tmp_path):
+    pd = pytest.importorskip("pandas")
+    import tfopt
+
+    x, y = signal(64)
+    endless = tfopt.Run(tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(16),
+                        steps_per_execution=1)
+    with pytest.raises(InvalidArgumentError, match="repeats forever; pass run.fit\\(model, "
+                                                   "epochs, steps_per_epoch=N\\)"):
+        compile_and_fit(endless, epochs=1)
+    _, history = compile_and_fit(endless, epochs=1, steps_per_epoch=3)
+    assert len(history.history["loss"]) == 1
+    frame = pd.DataFrame({"a": x[:, 0], "city": ["x"] * 64, "target": y})
+    run = tfopt.Run(frame, label="target", workdir=tmp_path / "df", steps_per_execution=1)
+    with pytest.raises(InvalidArgumentError, match="'city' are not numeric"):
+        compile_and_fit(run, epochs=1, model_fn=lambda: classifier(1))
+    assert not (tmp_path / "df").exists()
