@@ -152,6 +152,11 @@ def bench_workload(workload, work: Path, args) -> dict:
                 record["arms"][arm]["error"] = error.error_text
                 say(f"  {arm}: skipped: {reason}")
                 continue
+            except Exception as error:  # one workload's failure must not lose the others
+                reason = f"failed: {type(error).__name__}: {' '.join(str(error).split())[:200]}"
+                record["arms"][arm]["skipped"] = reason
+                say(f"  {arm}: {reason}")
+                continue
             record["arms"][arm]["runs"].append(result)
             say(f"  repeat {repeat + 1}/{args.repeats} {arm:5s} {result['seconds']:7.2f} s "
                 f"(inputs {result['inputs_seconds']:.2f} s)  {workload.metric} "

@@ -65,6 +65,9 @@ def test_a_dataframe_reaches_named_inputs_or_one_matrix(tf):
     assert "3 feature columns" in run.describe()
     _, history = compile_and_fit(run, epochs=6, model_fn=lambda: classifier(3))
     assert history.history["val_accuracy"][-1] > 0.7
+    given = tfopt.Run(frame[:256], label="target", batch_size=32, validation=frame[256:],
+                      steps_per_execution=1)  # a DataFrame as validation= (not compared by ==)
+    assert "the given DataFrame[64 rows x 4 columns]" in given.describe()
     named = tfopt.Run(frame, label="target", batch_size=32, seed=1, steps_per_execution=1)
     inputs = [keras.Input((), name=name) for name in ("c", "a", "b")]
     _, history = compile_and_fit(named, epochs=2, model_fn=lambda: classifier(inputs=inputs))
@@ -117,9 +120,9 @@ class StopAfter(keras.callbacks.Callback):
             raise Interrupt
 
 
-# A dataset source resumes too, but its own shuffles restart from their seeds (describe() says
-# so): Keras iterates its copy of the dataset, whose seed state cannot be advanced from here.
-@pytest.mark.parametrize("kind", ["arrays"])
+# A dataset of known length is one repeated stream: a resumed run draws the seeds of the passes
+# done (opening an iterator per pass) and goes on with the same orders.
+@pytest.mark.parametrize("kind", ["arrays", "dataset"])
 def test_a_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(tf, tmp_path, kind):
     import tfopt
 
@@ -183,3 +186,36 @@ def test_an_endless_dataset_needs_steps_per_epoch_and_a_dataframe_numeric_column
     with pytest.raises(InvalidArgumentError, match="'city' are not numeric"):
         compile_and_fit(run, epochs=1, model_fn=lambda: classifier(1))
     assert not (tmp_path / "df").exists()
+
+
+def test_a_layer_failing_under_the_mixed_policy_is_told_how_to_build_without_it(tf):
+    import tfopt
+
+    x, y = signal(64)
+    run = tfopt.Run((x, y), batch_size=16, precision="mixed_bfloat16", steps_per_execution=1)
+    with pytest.raises(Exception) as raised, run.scope():
+        normalizer = keras.layers.Normalization()
+        # Keras adds the adapted batch's bfloat16 mean to its float32 total under the policy
+        normalizer.adapt(tf.data.Dataset.from_tensor_slices(x).batch(16))
+    notes = "\n".join(getattr(raised.value, "__notes__", []))
+    assert "built under the mixed_bfloat16 policy" in notes
+    assert "precision='float32'" in notes
+
+
+def test_compile_keeps_a_half_precision_output_in_float32_and_says_so(tf):
+    import tfopt
+
+    x, y = signal(64)
+    run = tfopt.Run((x, y), batch_size=16, precision="mixed_bfloat16", steps_per_execution=1)
+    with run.scope():
+        inputs = keras.Input((6,))
+        hidden = keras.layers.Dense(8, activation="relu", name="hidden")(inputs)
+        model = keras.Model(inputs, keras.layers.Dense(2, activation="softmax", name="pred")(hidden))
+    assert str(model(x[:2]).dtype) == "<dtype: 'bfloat16'>"
+    run.compile(model, "adam", "sparse_categorical_crossentropy")
+    assert str(model(x[:2]).dtype) == "<dtype: 'float32'>"
+    assert model.get_layer("hidden").compute_dtype == "bfloat16"  # the rest stays mixed
+    assert run.precision_changes == ["output layer 'pred' computes in float32 (built in "
+                                     "bfloat16): the loss reads full-precision outputs"]
+    assert run.precision_warnings == []
+    run.fit(model, epochs=1, verbose=0)

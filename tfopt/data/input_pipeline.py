@@ -9,9 +9,10 @@ on the index stream (no data is read to skip), so with a seed it trains on an un
 run's data order.
 
 A ``tf.data.Dataset`` is kept as given: its elements, batching and shuffling are the user's;
-only a prefetch is added where it ends without one. Each epoch of ``fit`` iterates it anew, as
-``model.fit(dataset)`` does, and a resumed run first opens (and drops) one iterator per epoch
-done, which advances a reshuffling shuffle's seed as those epochs did.
+a prefetch is added, and where its length is known it is repeated into one stream for the fit,
+each pass a new iteration (so reshuffled as ``model.fit(dataset)``'s new iterator each epoch
+would be). A resumed run first opens (and drops) one iterator per pass done, which advances a
+seeded shuffle's seeds as those passes did without reading them.
 """
 
 from __future__ import annotations
@@ -73,16 +74,24 @@ def array_batches(arrays: ArraysInput, x, batch_size: int, *, training: bool,
 
 
 def dataset_for_fit(given: DatasetInput, *, batch_size: int | None = None,
-                    skip_passes: int = 0) -> tf.data.Dataset:
+                    repeat: bool = False, skip_passes: int = 0,
+                    skip_batches: int = 0) -> tf.data.Dataset:
     """The user's dataset as ``fit`` reads it: as given (batched to ``batch_size`` when one is
     given: an unbatched dataset's examples, or a batched one's re-batched), prefetched.
 
-    ``skip_passes`` iterators are opened and dropped first, so a reshuffling shuffle continues
-    where the epochs done left its seed.
+    ``repeat``: one stream for the whole fit, each pass a new iteration of the dataset (its
+    reshuffling shuffles draw new orders, as with a new iterator each epoch). ``skip_passes``
+    iterators are opened and dropped first: each draws the seeds one pass of the dataset's
+    shuffles would, so a seeded dataset continues where those passes left it, without reading
+    them. ``skip_batches`` batches of the stream are then read and dropped (a part of a pass).
     """
     dataset = given.dataset
     for _ in range(skip_passes):
         iter(dataset)  # each new iterator draws the next seeds of the dataset's shuffles
     if batch_size is not None:
         dataset = (dataset.unbatch() if given.facts.batched else dataset).batch(batch_size)
+    if repeat:
+        dataset = dataset.repeat()
+    if skip_batches:
+        dataset = dataset.skip(skip_batches)
     return dataset.prefetch(tf.data.AUTOTUNE)

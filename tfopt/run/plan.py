@@ -169,7 +169,7 @@ def plan_run(config: RunConfig, facts: RunFacts) -> RunPlan:
         validation, validation_reason = False, "none asked (validation=None)"
     elif facts.validation_reason is not None:
         validation, validation_reason = True, facts.validation_reason
-    elif config.validation != AUTO:
+    elif not (isinstance(config.validation, str) and config.validation == AUTO):
         validation, validation_reason = True, f"{config.validation}"
     elif facts.has_validation:
         validation, validation_reason = True, "the source's validation split"

@@ -50,7 +50,13 @@ from tfopt.train.callbacks import (
     training_callbacks,
 )
 from tfopt.train.fused_batch_norm import fuse_batch_norm
-from tfopt.train.precision import PolicyChoice, check_model_precision, choose_policy, enable_policy
+from tfopt.train.precision import (
+    PolicyChoice,
+    check_model_precision,
+    choose_policy,
+    enable_policy,
+    keep_outputs_float32,
+)
 from tfopt.train.sync_batch_norm import synchronize_batch_norm
 from tfopt.tune.steps_per_execution import (
     trial_steps,
@@ -221,6 +227,7 @@ class Run:
         self._classes: int | None = None
         self._spe_trial: dict[int, float] = {}
         self._precision_warnings: list[str] = []
+        self._precision_changes: list[str] = []
         self._seeded = False
 
     # -- what a user reads -------------------------------------------------------------------
@@ -311,6 +318,11 @@ class Run:
         """What the precision check found at compile ([] when the model is fine)."""
         return list(self._precision_warnings)
 
+    @property
+    def precision_changes(self) -> list[str]:
+        """What compile changed for precision: output layers given float32 ([] when none)."""
+        return list(self._precision_changes)
+
     def describe(self) -> str:
         """Every choice of the run and why, one per line, then the pipeline's."""
         plan, config = self.plan, self.config
@@ -336,9 +348,11 @@ class Run:
             resume += f" in {self._facts.resume_from} (the workdir holds none as new)"
         if plan.resume_epoch and config.seed is None:
             resume += " (no seed: the data order differs from an uninterrupted run's)"
-        elif plan.resume_epoch and isinstance(self._data, DatasetData):
-            resume += (" (the dataset's own shuffles start from their seeds again: the data "
-                       "order differs from an uninterrupted run's)")
+        elif (plan.resume_epoch and isinstance(self._data, DatasetData)
+              and self.steps_per_epoch is None):
+            resume += (" (a dataset of unknown length: its own shuffles start from their "
+                       "seeds again, so the data order differs from an uninterrupted run's; "
+                       "give fit steps_per_epoch= to continue them)")
         if plan.global_batch is None:
             batch = "the dataset's own batches, kept as the global batch"
         elif self._facts.keeps_batches:
@@ -394,7 +408,19 @@ class Run:
             if self.config.seed is not None and not self._seeded:
                 keras.utils.set_random_seed(self.config.seed)
                 self._seeded = True
-            yield self.strategy
+            try:
+                yield self.strategy
+            except Exception as error:
+                if self.plan.policy != "float32":
+                    # some Keras layers fail under a mixed policy (a Normalization adapted on
+                    # a dataset adds bfloat16 to float32): the error keeps its type, and says
+                    # which policy it met and how to build without it
+                    error.add_note(
+                        f"tfopt.Run: the model was built under the {self.plan.policy} policy "
+                        f"({self.plan.policy_reason}); if a layer fails under mixed precision, "
+                        "build the Run with precision='float32' or give that layer "
+                        "dtype='float32'")
+                raise
 
     def augment_layer(self) -> Augment:
         """With ``augment="device"``: the layer to put first in the model (random-resized crop
@@ -431,6 +457,10 @@ class Run:
             self._data.check(model)  # a DataFrame's columns this model cannot take: refused now
         with self._entered():
             self._rewrite_batch_norm(model)
+            if self.plan.policy != "float32":
+                self._precision_changes = keep_outputs_float32(model)
+                for change in self._precision_changes:
+                    logger.info("%s", change)
             if isinstance(optimizer, (str, dict)):
                 optimizer = keras.optimizers.get(optimizer)
             if self.plan.accumulation_steps > 1:
@@ -535,11 +565,18 @@ class Run:
                 raise InvalidArgumentError(
                     f"steps_per_epoch=None: the training dataset ({data.input.facts.shown}) "
                     "repeats forever; pass run.fit(model, epochs, steps_per_epoch=N)")
-            # each epoch iterates the dataset anew, as model.fit(dataset) does. A resumed run
-            # starts its shuffles from their seeds again: Keras iterates its own copy of the
-            # dataset, whose seed state an iterator opened here does not advance
-            train = data.train(global_batch, skip_passes=0)
-            steps = steps_per_epoch
+            pass_steps = self.steps_per_epoch
+            steps = steps_per_epoch or pass_steps
+            skip = 0
+            if steps is not None:
+                # one stream for the fit (the dataset repeated, each pass reshuffled by its
+                # own shuffles): epochs of whole calls, as for shards, and a resumed run
+                # placed after the batches its backup's epochs took
+                if steps > spe and steps % spe:
+                    steps = steps // spe * spe
+                skip = self.plan.resume_epoch * (-(-steps // spe) * spe)
+            train = data.train(global_batch, repeat=steps is not None, pass_steps=pass_steps,
+                               resume_batches=skip)
             validation = data.validation(global_batch)
         if self._probe is not None:
             train = self._probe.instrument(train)

@@ -137,9 +137,26 @@ class DatasetData:
             return None
         return global_batch
 
-    def train(self, global_batch: int, *, skip_passes: int) -> tf.data.Dataset:
-        return dataset_for_fit(self.input, batch_size=self._batch_for(self.input, global_batch),
-                               skip_passes=skip_passes)
+    def train(self, global_batch: int | None, *, repeat: bool, pass_steps: int | None,
+              resume_batches: int) -> tf.data.Dataset:
+        """The training stream.
+
+        ``repeat``: one stream for the fit, the dataset repeated (each pass reshuffled by its
+        own shuffles), started ``resume_batches`` batches in: with ``pass_steps`` (batches in
+        one pass) known, whole passes by drawing their shuffle seeds and the rest read and
+        dropped; else all read and dropped. Not ``repeat``: as given, each epoch a new
+        iteration, as ``model.fit(dataset)`` reads it (a resumed run's shuffles then start
+        from their seeds again).
+        """
+        batch = self._batch_for(self.input, global_batch)
+        if not repeat:
+            return dataset_for_fit(self.input, batch_size=batch)
+        if pass_steps is None:
+            return dataset_for_fit(self.input, batch_size=batch, repeat=True,
+                                   skip_batches=resume_batches)
+        passes, batches = divmod(resume_batches, pass_steps)
+        return dataset_for_fit(self.input, batch_size=batch, repeat=True, skip_passes=passes,
+                               skip_batches=batches)
 
     def validation(self, global_batch: int) -> tf.data.Dataset | None:
         if self.validation_input is None:
@@ -161,17 +178,28 @@ class DatasetData:
             batching = f"re-batched to the global batch {global_batch} (batch_size= given)"
         else:
             batching = f"batched here to the global batch {global_batch}"
-        length = ("endless: fit needs steps_per_epoch" if facts.endless else
-                  f"{steps} steps an epoch" if steps is not None else
-                  "its length unknown until the first epoch ends")
+        if facts.endless:
+            epoch = "endless: fit needs steps_per_epoch; one stream for the fit"
+        elif steps is not None:
+            epoch = (f"{steps} steps, one pass; the dataset repeated into one stream for the "
+                     "fit, each pass reshuffled by its own shuffles as a new iteration would be")
+        else:
+            epoch = ("its length unknown before it is read: each epoch iterates it anew, as "
+                     "model.fit does (with steps_per_epoch= given, one repeated stream)")
         return [f"data         {facts.shown}: its elements, order and shuffling kept as "
                 f"written; {batching}; prefetched",
-                f"epoch        {length}; each epoch iterates it anew, as model.fit does"]
+                f"epoch        {epoch}"]
 
     def validation_reason(self) -> str | None:
         if self.validation_input is None:
             return None
         return f"the given {self.validation_input.facts.shown}"
+
+
+def _none_or_auto(validation) -> bool:
+    """``validation`` asks for no data of its own (compared by identity and type: a DataFrame
+    or an array compared with ``==`` would answer element by element)."""
+    return validation is None or (isinstance(validation, str) and validation == "auto")
 
 
 def training_data(source, validation, *, label, batch_size, role_of_validation="validation"):
@@ -193,7 +221,7 @@ def training_data(source, validation, *, label, batch_size, role_of_validation="
                 f"validation={validation}: a fraction is held out of arrays or a DataFrame; "
                 "for a tf.data.Dataset pass validation= another dataset")
         checked = None
-        if validation not in (None, "auto"):
+        if not _none_or_auto(validation):
             checked = read_input(validation, role=role_of_validation)
             if not isinstance(checked, DatasetInput):
                 raise InvalidArgumentError(
@@ -203,7 +231,7 @@ def training_data(source, validation, *, label, batch_size, role_of_validation="
     if fraction is not None:
         train, held = given.split(fraction)
         return MemoryData(train, held, fraction)
-    if validation in (None, "auto"):
+    if _none_or_auto(validation):
         return MemoryData(given, None, None)
     label_of_validation = label if given.facts.kind is InputKind.DATAFRAME else None
     checked = read_input(validation, label=label_of_validation, role=role_of_validation)

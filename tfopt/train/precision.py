@@ -378,8 +378,23 @@ def _all_layers(model):
     return layers
 
 
+def _output_layer(model, name: str | None):
+    """The plain layer (not a nested model) called ``name`` in ``model``, or None."""
+    import keras
+
+    if name is None:
+        return None
+    try:
+        layer = model.get_layer(name)
+    except ValueError:
+        return None
+    return None if isinstance(layer, keras.Model) else layer
+
+
 def _output_dtypes(model) -> list[tuple[str, str]]:
-    """(layer name, dtype) of each model output; the last layer for subclassed models."""
+    """(layer name, dtype) of each model output; the last layer for subclassed models. An
+    output built in half precision whose layer computes in float32 now (given float32 after the
+    build, as :func:`keep_outputs_float32` does) counts as float32."""
     try:
         outputs = model.outputs
     except (AttributeError, ValueError):  # subclassed models have no symbolic outputs
@@ -387,13 +402,45 @@ def _output_dtypes(model) -> list[tuple[str, str]]:
     if outputs:
         found = []
         for index, tensor in enumerate(outputs):
-            name = keras_history_layer(tensor) or f"output {index}"
-            found.append((name, str(tensor.dtype)))
+            name = keras_history_layer(tensor)
+            dtype = str(tensor.dtype)
+            layer = _output_layer(model, name)
+            if dtype in _HALF_DTYPES and layer is not None:
+                dtype = str(layer.compute_dtype)
+            found.append((name or f"output {index}", dtype))
         return found
     layers = getattr(model, "layers", None) or []
     if layers:
         return [(layers[-1].name, str(layers[-1].compute_dtype))]
     return []
+
+
+def keep_outputs_float32(model) -> list[str]:
+    """Give each output layer computing in float16 or bfloat16 the float32 policy, as the mixed
+    precision guide asks (softmax and logits in half precision lose precision, and the loss
+    reads them); returns what changed, one line each.
+
+    Only plain layers that produce a functional model's outputs change: a nested model's
+    output, or a subclassed model's, is left to :func:`check_model_precision` to name. The
+    layer keeps its weights (their variables are float32 under a mixed policy); only its
+    computation runs in float32 from the next call on.
+    """
+    import_tensorflow()
+    try:
+        outputs = model.outputs
+    except (AttributeError, ValueError):
+        return []
+    changed = []
+    for tensor in outputs or []:
+        name = keras_history_layer(tensor)
+        layer = _output_layer(model, name)
+        if layer is None or str(layer.compute_dtype) not in _HALF_DTYPES:
+            continue
+        was = str(layer.compute_dtype)
+        layer.dtype_policy = "float32"
+        changed.append(f"output layer {name!r} computes in float32 (built in {was}): the loss "
+                       "reads full-precision outputs")
+    return changed
 
 
 def check_model_precision(model) -> list[str]:
