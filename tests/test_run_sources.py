@@ -219,3 +219,25 @@ def test_compile_keeps_a_half_precision_output_in_float32_and_says_so(tf):
                                      "bfloat16): the loss reads full-precision outputs"]
     assert run.precision_warnings == []
     run.fit(model, epochs=1, verbose=0)
+
+
+def test_the_trial_keeps_a_half_precision_policy_only_where_it_pays_on_this_model(tf, tmp_path):
+    import tfopt
+
+    x, y = signal(170 * 8)
+    run = tfopt.Run((x, y), batch_size=8, workdir=tmp_path / "run", seed=0)
+    suggested = run.plan.policy
+    if suggested == "float32":
+        pytest.skip("this machine computes in float32 already: nothing for the trial to weigh")
+    model, _ = compile_and_fit(run, epochs=1)
+    rates = run.precision_trial
+    assert set(rates) == {suggested, "float32"}
+    chosen = suggested if rates[suggested] >= 1.1 * rates["float32"] else "float32"
+    assert run.plan.policy == chosen
+    assert {layer.compute_dtype for layer in model.layers[:-1]} == {
+        "float32" if chosen == "float32" else suggested.removeprefix("mixed_")}
+    assert model.layers[-1].compute_dtype == "float32"  # the output, whatever the choice
+    again = tfopt.Run((x, y), batch_size=8, workdir=tmp_path / "run", seed=0)
+    model, _ = compile_and_fit(again, epochs=1)  # the earlier trial's choice, not a new trial
+    assert again.plan.spe_source.value == "cached" and again.plan.policy == chosen
+    assert again.precision_trial == pytest.approx(rates)

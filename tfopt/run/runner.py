@@ -46,6 +46,7 @@ from tfopt.train.backup_store import BackupStore
 from tfopt.train.callbacks import (
     GpuStatsCallback,
     InputProbe,
+    ProgressLine,
     ThroughputCallback,
     training_callbacks,
 )
@@ -54,12 +55,15 @@ from tfopt.train.precision import (
     PolicyChoice,
     check_model_precision,
     choose_policy,
+    compute_in,
     enable_policy,
     keep_outputs_float32,
 )
 from tfopt.train.sync_batch_norm import synchronize_batch_norm
 from tfopt.tune.steps_per_execution import (
+    HALF_PRECISION_GAIN,
     trial_steps,
+    tune_precision_and_steps_on,
     tune_steps_per_execution,
     tune_steps_per_execution_on,
 )
@@ -228,6 +232,7 @@ class Run:
         self._spe_trial: dict[int, float] = {}
         self._precision_warnings: list[str] = []
         self._precision_changes: list[str] = []
+        self._policy_trial: dict[str, float] = {}
         self._seeded = False
 
     # -- what a user reads -------------------------------------------------------------------
@@ -317,6 +322,11 @@ class Run:
     def precision_warnings(self) -> list[str]:
         """What the precision check found at compile ([] when the model is fine)."""
         return list(self._precision_warnings)
+
+    @property
+    def precision_trial(self) -> dict[str, float]:
+        """Each policy's best examples/s where the trial chose the precision too (else {})."""
+        return dict(self._policy_trial)
 
     @property
     def precision_changes(self) -> list[str]:
@@ -478,7 +488,9 @@ class Run:
 
     def callbacks(self) -> list:
         """The callbacks ``fit`` uses: examples/s and input stalls (GPU stats on a GPU), then
-        with a workdir the backups, the best model and ``history.csv`` (the chief's)."""
+        with a workdir the backups, the best model and ``history.csv`` (the chief's), and last
+        the progress line: Keras's metrics, examples/s and the input-bound share (History and
+        ``history.csv`` hold every measurement)."""
         if self._probe is not None:
             callbacks = training_callbacks(self.plan.global_batch, self._probe,
                                            gpu=self._gpus > 0, pipeline=self._train_in_use)
@@ -487,7 +499,7 @@ class Run:
                          *([GpuStatsCallback()] if self._gpus else [])]
         workdir = self.config.workdir
         if workdir is None:
-            return callbacks
+            return [*callbacks, ProgressLine()]
         config = self.config
         callbacks += backup_callbacks(workdir, monitor=self.plan.monitor, keep=config.keep,
                                       copy_to=config.copy_to, copy_keep=config.copy_keep)
@@ -495,6 +507,7 @@ class Run:
         if self._facts.chief:
             callbacks.append(keras.callbacks.CSVLogger(str(Path(workdir) / HISTORY_FILE),
                                                        append=self.plan.resume_epoch > 0))
+        callbacks.append(ProgressLine())
         return callbacks
 
     def fit(self, model, epochs: int = 1, *, steps_per_epoch: int | None = None,
@@ -693,15 +706,20 @@ class Run:
         key = self._spe_key(model)
         cached = read_spe_choice(self.config.workdir, key)
         if cached is not None:
-            self._spe_trial = cached[1]
-            self._replan(cached_steps_per_execution=cached[0])
-            return cached[0]
+            self._spe_trial = cached.rates
+            if cached.policy is not None:
+                self._use_policy(model, cached.policy, cached.policy_rates, "an earlier trial")
+            self._replan(cached_steps_per_execution=cached.value)
+            return cached.value
 
-        def clone():
+        def clone(policy=None):
             copy = keras.models.clone_model(model)
+            if policy is not None and policy != self.plan.policy:
+                compute_in(copy, policy)
             self._rewrite_batch_norm(copy)
             return copy
 
+        policy = policy_rates = None
         if self._data is None:
             spe, rates = tune_steps_per_execution(clone, self.plan.global_batch,
                                                   self._trial_image_size(),
@@ -713,15 +731,45 @@ class Run:
                              metrics=_fresh(metrics), steps_per_execution=steps_per_execution,
                              **(compile_options or {}))
 
-            spe, rates = tune_steps_per_execution_on(clone, compile_clone,
-                                                     self._trial_batches(model))
+            if self._trial_precision():
+                # the policy the machine suggests against float32, on this model and data
+                policy, spe, joint = tune_precision_and_steps_on(
+                    clone, compile_clone, self._trial_batches(model),
+                    (self.plan.policy, "float32"))
+                rates = {c: rate for (p, c), rate in joint.items() if p == policy}
+                policy_rates = {p: max(rate for (q, _), rate in joint.items() if q == p)
+                                for p, _ in joint}
+                self._use_policy(model, policy, policy_rates, "the trial")
+            else:
+                spe, rates = tune_steps_per_execution_on(clone, compile_clone,
+                                                         self._trial_batches(model))
         self._spe_trial = rates
         if self.config.workdir is not None and self._facts.chief:
-            write_spe_choice(self.config.workdir, key, spe, rates)
-        trial = ", ".join(f"{k}: {v:.0f}" for k, v in rates.items())
-        self.plan = _with_trial(self.plan, spe, f"the trial's choice (examples/s {trial}; the "
-                                "smallest within 3 % of the fastest)")
+            write_spe_choice(self.config.workdir, key, spe, rates, policy=policy,
+                             policy_rates=policy_rates)
+        self.plan = _with_trial(self.plan, spe, "the trial's choice: the smallest within 3 % "
+                                "of the fastest (run.steps_per_execution_trial has the rates)")
         return spe
+
+    def _trial_precision(self) -> bool:
+        """Whether the trial times the policy too: an automatic choice of a half-precision
+        policy, for data the trial can feed (not shards' synthetic images)."""
+        return (self.config.precision == AUTO and self.plan.policy != "float32"
+                and self._data is not None)
+
+    def _use_policy(self, model, policy: str, rates: dict[str, float], whose: str) -> None:
+        """Make the run (and ``model``) compute under the trial's ``policy``."""
+        self._policy_trial = dict(rates)
+        if policy == self.plan.policy:
+            self._replan(policy_reason=(
+                f"{self.plan.policy_reason}; kept by {whose}: at least {HALF_PRECISION_GAIN:g}x float32's rate on this model and "
+                "data"))
+            return
+        compute_in(model, policy)
+        self._replan(policy=policy, policy_reason=(
+            f"{whose}'s choice on this model and data: {self.plan.policy} was not "
+            f"{HALF_PRECISION_GAIN:g}x float32's rate, the least a half-precision policy must "
+            "gain to be kept (run.precision_trial has the rates)"))
 
     def _trial_batches(self, model) -> tf.data.Dataset:
         """A few real batches of the training data for the trial (read once, held in memory)."""

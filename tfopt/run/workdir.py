@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import NamedTuple
 
 from tfopt._files import atomic_write_bytes
 from tfopt.errors import TfoptError
@@ -21,7 +22,8 @@ from tfopt.train.backup_store import BackupStore, StoreError
 
 logger = logging.getLogger("tfopt")
 
-__all__ = ["HISTORY_FILE", "SPE_FILE", "read_spe_choice", "resume_epoch", "write_spe_choice"]
+__all__ = ["HISTORY_FILE", "SPE_FILE", "SpeChoice", "read_spe_choice", "resume_epoch",
+           "write_spe_choice"]
 
 HISTORY_FILE = "history.csv"
 SPE_FILE = "steps_per_execution.json"
@@ -63,8 +65,18 @@ def resume_epoch(workdir: Path | None, copy_to=None) -> tuple[int, str | None]:
     return (0, None) if best is None else (best[2], best[3])
 
 
-def read_spe_choice(workdir: Path | None, key: dict) -> tuple[int, dict[int, float]] | None:
-    """The trial's (choice, rates) cached for ``key`` (model, batch, policy), or None.
+class SpeChoice(NamedTuple):
+    """A trial's record: its ``steps_per_execution`` and rates (examples/s per candidate), and
+    where it chose the precision too, the policy and each policy's best rate."""
+
+    value: int
+    rates: dict[int, float]
+    policy: str | None = None
+    policy_rates: dict[str, float] | None = None
+
+
+def read_spe_choice(workdir: Path | None, key: dict) -> SpeChoice | None:
+    """The trial's choice cached for ``key`` (model, batch, policy), or None.
 
     A file of another key, or one that is not what :func:`write_spe_choice` writes, is ignored
     (with a note in the log): the trial runs again and replaces it.
@@ -76,21 +88,34 @@ def read_spe_choice(workdir: Path | None, key: dict) -> tuple[int, dict[int, flo
         data = json.loads(path.read_text())
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, RecursionError) as error:
         logger.info("%s: unreadable (%s); the steps_per_execution trial runs again", path,
                     error)
         return None
     if not isinstance(data, dict) or data.get("key") != key:
         return None
     value, rates = data.get("value"), data.get("rates")
-    if type(value) is not int or value < 1 or not isinstance(rates, dict):
+    policy, policy_rates = data.get("policy"), data.get("policy_rates")
+    try:
+        if type(value) is not int or value < 1 or not isinstance(rates, dict):
+            raise ValueError("no choice")
+        rates = {int(k): float(v) for k, v in rates.items()}
+        if policy is not None:
+            if not isinstance(policy, str) or not isinstance(policy_rates, dict):
+                raise ValueError("no policy")
+            policy_rates = {str(k): float(v) for k, v in policy_rates.items()}
+    except (TypeError, ValueError):
         logger.info("%s: not a trial record; the trial runs again", path)
         return None
-    return value, {int(k): float(v) for k, v in rates.items()}
+    return SpeChoice(value, rates, policy, policy_rates if policy is not None else None)
 
 
-def write_spe_choice(workdir: Path, key: dict, value: int, rates: dict[int, float]) -> None:
+def write_spe_choice(workdir: Path, key: dict, value: int, rates: dict[int, float], *,
+                     policy: str | None = None,
+                     policy_rates: dict[str, float] | None = None) -> None:
     """Keep the trial's choice for a rerun of the same model (written atomically)."""
     Path(workdir).mkdir(parents=True, exist_ok=True)
     data = {"key": key, "value": value, "rates": {str(k): v for k, v in rates.items()}}
+    if policy is not None:
+        data.update(policy=policy, policy_rates=dict(policy_rates or {}))
     atomic_write_bytes(Path(workdir) / SPE_FILE, (json.dumps(data, indent=2) + "\n").encode())

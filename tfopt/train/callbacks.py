@@ -1,8 +1,10 @@
 """Keras callbacks that show every epoch whether the accelerator is fed.
 
 Each callback writes numbers into the epoch's ``logs``, so they reach History, CSVLogger and
-TensorBoard; put them *before* CSVLogger/TensorBoard in the ``callbacks`` list. Keras 3 reads the
-next batch inside its compiled train function, so no callback sees the input wait:
+TensorBoard; put them *before* CSVLogger/TensorBoard in the ``callbacks`` list. Keras's progress
+line would print them all: :class:`ProgressLine`, put last, prints only examples/s and the
+input-bound share of them, and leaves ``logs`` whole. Keras 3 reads the next batch inside
+its compiled train function, so no callback sees the input wait:
 :class:`InputProbe` measures it in the ``tf.data`` pipeline. The timing math lives in
 :mod:`tfopt.train.timing`; these classes only forward Keras's hooks to it. How steps are
 counted under ``steps_per_execution`` and strategies, and the wait between epochs:
@@ -13,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import math
+import re
+from collections.abc import Iterable
 from types import ModuleType
 
 import keras
@@ -35,7 +39,11 @@ __all__ = [
     "GpuStatsCallback",
     "InputProbe",
     "InputStallCallback",
+    "MEASUREMENT_KEYS",
+    "PROGRESS_LINE_KEYS",
+    "ProgressLine",
     "ThroughputCallback",
+    "is_measurement",
     "training_callbacks",
 ]
 
@@ -411,6 +419,59 @@ class GpuStatsCallback(keras.callbacks.Callback):
             self.sampler = None
 
 
+# Every key the measuring callbacks write into ``logs``, but GpuStatsCallback's (_GPU_KEY).
+MEASUREMENT_KEYS = frozenset({
+    "examples_per_second", "steps_per_second", "step_time_median", "step_time_p90",
+    "input_bound_percent", "input_wait_seconds", "compute_seconds", "step_gap_seconds",
+    "epoch_start_seconds",
+})
+_GPU_KEY = re.compile(r"gpu\d+_")
+
+# The two numbers that say each epoch whether training is fast and fed; the rest are for
+# finding out why, read from History or the CSV.
+PROGRESS_LINE_KEYS = ("examples_per_second", "input_bound_percent")
+
+
+def is_measurement(key: str) -> bool:
+    """True for a ``logs`` key written by the measuring callbacks of this module."""
+    return key in MEASUREMENT_KEYS or _GPU_KEY.match(key) is not None
+
+
+class ProgressLine(keras.callbacks.ProgbarLogger):
+    """Keras's progress line, with examples/s and the input share as its only measurements.
+
+    The measuring callbacks put a dozen numbers (more with GPUs) into each epoch's ``logs``;
+    on one line they bury the loss. This prints the epoch's line without those outside
+    ``show``, and leaves ``logs`` untouched, so History, CSVLogger, TensorBoard and every
+    other callback still get all of them. Keras adds its own ``ProgbarLogger`` only when the
+    list holds none, so this one takes its place and follows ``fit(verbose=...)``. Put it
+    last: a key that a callback after it adds (``learning_rate`` from ReduceLROnPlateau) still
+    reaches History but not the line.
+
+    Args:
+        show: The measurement keys to print; other keys (loss, metrics, ``val_*``) are always
+            printed. Defaults to ``examples_per_second`` and ``input_bound_percent``.
+
+    Example:
+        >>> model.fit(probe.instrument(ds), verbose=2, callbacks=[
+        ...     *training_callbacks(probe=probe), keras.callbacks.CSVLogger("log.csv"),
+        ...     ProgressLine()])
+    """
+
+    def __init__(self, show: Iterable[str] = PROGRESS_LINE_KEYS):
+        super().__init__()
+        self.show = frozenset((show,) if isinstance(show, str) else show)
+
+    def shown(self, logs: dict | None) -> dict:
+        """The items of ``logs`` the line prints, in their order."""
+        return {key: value for key, value in (logs or {}).items()
+                if key in self.show or not is_measurement(key)}
+
+    def on_epoch_end(self, epoch, logs=None):
+        # the measurements arrive only here: batch logs hold Keras's metrics alone
+        super().on_epoch_end(epoch, self.shown(logs))
+
+
 def training_callbacks(
     batch_size: int | None = None,
     probe: InputProbe | None = None,
@@ -431,7 +492,8 @@ def training_callbacks(
             Defaults to None.
 
     Returns:
-        A list to put before CSVLogger/TensorBoard in ``fit(callbacks=...)``.
+        A list to put before CSVLogger/TensorBoard in ``fit(callbacks=...)``. Keras's
+        progress line prints every value; add :class:`ProgressLine` last for a short one.
 
     Example:
         >>> probe = InputProbe()

@@ -415,6 +415,30 @@ def _output_dtypes(model) -> list[tuple[str, str]]:
     return []
 
 
+def compute_in(model, policy: str) -> None:
+    """Make every layer of a built ``model`` compute under ``policy`` from its next call on.
+
+    Under a mixed policy the variables are float32 already, so a model built mixed computes in
+    float32 after ``compute_in(model, "float32")`` with the same weights (and back). Output
+    layers given float32 by :func:`keep_outputs_float32` stay so.
+    """
+    import_tensorflow()
+    kept = {id(layer) for layer in _float32_outputs(model)}
+    for layer in _all_layers(model):
+        if id(layer) not in kept and hasattr(layer, "dtype_policy"):
+            layer.dtype_policy = policy
+
+
+def _float32_outputs(model) -> list:
+    try:
+        outputs = model.outputs
+    except (AttributeError, ValueError):
+        return []
+    layers = [_output_layer(model, keras_history_layer(tensor)) for tensor in outputs or []]
+    return [layer for layer in layers
+            if layer is not None and str(layer.compute_dtype) == "float32"]
+
+
 def keep_outputs_float32(model) -> list[str]:
     """Give each output layer computing in float16 or bfloat16 the float32 policy, as the mixed
     precision guide asks (softmax and logits in half precision lose precision, and the loss

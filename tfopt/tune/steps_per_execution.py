@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import functools
 import statistics
 import time
 import warnings
@@ -28,13 +29,17 @@ from tfopt.errors import InvalidArgumentError
 from tfopt.models import compile_model
 from tfopt.train.callbacks import InputProbe
 
-__all__ = ["SPE_CANDIDATES", "EpochClock", "quiet_fit_warnings", "time_candidates",
-           "tune_steps_per_execution", "tune_steps_per_execution_on"]
+__all__ = ["HALF_PRECISION_GAIN", "SPE_CANDIDATES", "EpochClock", "quiet_fit_warnings",
+           "time_candidates", "tune_precision_and_steps_on", "tune_steps_per_execution",
+           "tune_steps_per_execution_on"]
 
 SPE_CANDIDATES = (1, 4, 16)
 SPE_TRIAL_STEPS = 16  # steps per timed pass: a whole number of calls for every candidate
 SPE_TRIAL_ROUNDS = 3  # timed passes per candidate, alternating; the median counts
 SPE_TOLERANCE = 0.03  # a smaller steps_per_execution within 3 % of the fastest is preferred
+# half precision loses digits in every activation: a policy that computes in it must beat
+# float32 by this factor in the trial, or float32 is kept
+HALF_PRECISION_GAIN = 1.10
 
 
 class EpochClock(keras.callbacks.Callback):
@@ -150,6 +155,48 @@ def tune_steps_per_execution_on(model_fn: Callable[[], keras.Model],
         tfopt.errors.InvalidArgumentError: No candidates, or no batch in ``batches``.
     """
     candidates = tuple(whole_number(c, "candidates", 1) for c in candidates)
+    return time_candidates(model_fn, compile_fn, _held(batches), candidates)
+
+
+def tune_precision_and_steps_on(model_fn: Callable[[str], keras.Model],
+                                compile_fn: Callable[[keras.Model, int], None],
+                                batches: tf.data.Dataset, policies: tuple[str, ...],
+                                candidates=SPE_CANDIDATES):
+    """Pick the precision policy and ``steps_per_execution`` together, by one trial on real
+    batches of the user's data: each policy at each candidate, alternating.
+
+    A half-precision policy is kept only where its fastest candidate beats float32's by
+    :data:`HALF_PRECISION_GAIN`: it costs the model precision, which a small gain does not pay
+    for. ``steps_per_execution`` is then chosen among the kept policy's rates as
+    :func:`tune_steps_per_execution` chooses.
+
+    Args:
+        model_fn: ``model_fn(policy)`` returns a fresh copy of the model computing under that
+            policy (built, uncompiled).
+        compile_fn: ``compile_fn(model, steps_per_execution)`` compiles it as the user does.
+        batches: A few batches of the training data (read into memory here, once).
+        policies: The policies to try, e.g. ("mixed_bfloat16", "float32").
+        candidates: ``steps_per_execution`` values to try. Defaults to (1, 4, 16).
+
+    Returns:
+        (policy, steps_per_execution, rates): rates maps (policy, candidate) to examples/s.
+    """
+    candidates = tuple(whole_number(c, "candidates", 1) for c in candidates)
+    if not policies or not candidates:
+        raise InvalidArgumentError("policies, candidates: expected at least one of each")
+    setups = {(policy, candidate): (functools.partial(model_fn, policy), candidate)
+              for policy in policies for candidate in candidates}
+    rates = _time_setups(setups, compile_fn, _held(batches), _timed_pass_steps(candidates))
+    best = {policy: max(rates[(policy, c)] for c in candidates) for policy in policies}
+    policy = max(policies, key=best.__getitem__)
+    if "float32" in best and policy != "float32" and (
+            best[policy] < HALF_PRECISION_GAIN * best["float32"]):
+        policy = "float32"
+    return policy, _smallest_within({c: rates[(policy, c)] for c in candidates}), rates
+
+
+def _held(batches: tf.data.Dataset) -> tf.data.Dataset:
+    """``batches`` read once into memory, repeating (batches of another shape left out)."""
     held = [batch for batch in batches]  # one pass of the source: the trial then reads memory
     if not held:
         raise InvalidArgumentError("batches: the trial needs at least one batch of the data")
@@ -157,8 +204,7 @@ def tune_steps_per_execution_on(model_fn: Callable[[], keras.Model],
     held = [batch for batch in held
             if tf.nest.map_structure(lambda t: tuple(t.shape), batch) == shape]
     stacked = tf.nest.map_structure(lambda *parts: tf.stack(parts), *held)
-    dataset = tf.data.Dataset.from_tensor_slices(stacked).repeat()
-    return time_candidates(model_fn, compile_fn, dataset, candidates)
+    return tf.data.Dataset.from_tensor_slices(stacked).repeat()
 
 
 def time_candidates(model_fn, compile_fn, dataset: tf.data.Dataset,
@@ -167,10 +213,23 @@ def time_candidates(model_fn, compile_fn, dataset: tf.data.Dataset,
     alternating rounds on ``dataset`` (repeating batches); the median of each counts."""
     if not candidates:
         raise InvalidArgumentError("candidates=(): expected at least one, e.g. (1, 4, 16)")
-    steps = _timed_pass_steps(candidates)
+    rates = _time_setups({candidate: (model_fn, candidate) for candidate in candidates},
+                         compile_fn, dataset, _timed_pass_steps(candidates))
+    return _smallest_within(rates), rates
+
+
+def _smallest_within(rates: dict[int, float]) -> int:
+    """The smallest ``steps_per_execution`` within SPE_TOLERANCE of the fastest."""
+    fastest = max(rates.values())
+    return min(c for c, rate in rates.items() if rate >= (1 - SPE_TOLERANCE) * fastest)
+
+
+def _time_setups(setups: dict, compile_fn, dataset: tf.data.Dataset, steps: int) -> dict:
+    """examples/s of each setup (key -> (make_model, steps_per_execution)): each compiled on a
+    fresh model and warmed up, then timed in alternating rounds; the median counts."""
     trials = {}
-    for candidate in candidates:
-        model = model_fn()
+    for key, (make_model, candidate) in setups.items():
+        model = make_model()
         compile_fn(model, candidate)
         probe = InputProbe()
         clock = EpochClock(probe)
@@ -178,15 +237,12 @@ def time_candidates(model_fn, compile_fn, dataset: tf.data.Dataset,
             # one call traces and warms up; later fit() calls reuse the compiled function
             model.fit(probe.instrument(dataset), epochs=1, steps_per_epoch=candidate,
                       verbose=0)
-        trials[candidate] = (model, probe.instrument(dataset), clock)
-    timed: dict[int, list[float]] = {candidate: [] for candidate in candidates}
+        trials[key] = (model, probe.instrument(dataset), clock)
+    timed: dict = {key: [] for key in setups}
     for _ in range(SPE_TRIAL_ROUNDS):  # alternating rounds: load from elsewhere hits all alike
-        for candidate, (model, data, clock) in trials.items():
+        for key, (model, data, clock) in trials.items():
             with quiet_fit_warnings():
                 model.fit(data, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[clock])
-            timed[candidate].append(clock.examples[-1] / clock.seconds[-1])
+            timed[key].append(clock.examples[-1] / clock.seconds[-1])
     del trials
-    rates = {candidate: statistics.median(values) for candidate, values in timed.items()}
-    fastest = max(rates.values())
-    chosen = min(c for c, rate in rates.items() if rate >= (1 - SPE_TOLERANCE) * fastest)
-    return chosen, rates
+    return {key: statistics.median(values) for key, values in timed.items()}
