@@ -68,6 +68,16 @@ def test_a_cache_serves_only_a_reader_of_more_than_one_pass():
     assert rules.cache_serves(None, 3200) and rules.cache_serves(100, None)  # unknown: kept
 
 
+def test_only_an_automatic_cache_goes_for_a_read_it_would_not_serve():
+    # cache="auto": kept for a read of more than one pass, or of an unknown length
+    assert not rules.keeps_cache("auto", 3200, 3200) and not rules.keeps_cache("auto", 1, 3200)
+    assert rules.keeps_cache("auto", 3201, 3200)
+    assert rules.keeps_cache("auto", None, 3200) and rules.keeps_cache("auto", 1, None)
+    # asked for (in memory or in a file): kept for any read; cache=False: none to keep
+    assert rules.keeps_cache(True, 1, 3200) and rules.keeps_cache("/tmp/cache", 1, 3200)
+    assert not rules.keeps_cache(False, 3201, 3200) and not rules.keeps_cache(False, None, None)
+
+
 def test_interleave_cycle():
     assert rules.interleave_cycle(files=100, cores=8) == 8
     assert rules.interleave_cycle(files=100, cores=1) == 2

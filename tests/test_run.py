@@ -75,6 +75,23 @@ def test_steps_per_execution_given_cached_trialled_or_untried_and_why():
     assert workers.spe_source is SpeSource.UNTRIED and "several workers" in workers.spe_reason
 
 
+def test_a_batched_dataset_keeps_its_batch_and_a_held_out_fraction_is_named():
+    kept = dataclasses.replace(FACTS, keeps_batches=True, dataset_batch=40,
+                               validation_reason="the given Dataset")
+    plan = plan_run(RunConfig("s"), kept)
+    assert plan.global_batch == 40 and plan.validation_reason == "the given Dataset"
+    unknown = plan_run(RunConfig("s"), dataclasses.replace(kept, dataset_batch=None))
+    assert unknown.global_batch is None
+    with pytest.raises(InvalidArgumentError, match="effective_batch_size=256: needs a known "
+                                                   "global batch"):
+        plan_run(RunConfig("s", effective_batch_size=256),
+                 dataclasses.replace(kept, dataset_batch=None))
+    rebatched = plan_run(RunConfig("s", batch_size=16), dataclasses.replace(FACTS, replicas=2))
+    assert rebatched.global_batch == 32  # batch_size= given: per replica, as for shards
+    endless = plan_run(RunConfig("s"), dataclasses.replace(FACTS, steps_per_epoch=None))
+    assert endless.spe_source is SpeSource.UNTRIED and "of unknown length" in endless.spe_reason
+
+
 def test_no_validation_split_is_said_and_the_best_model_follows_the_training_loss():
     plan = plan_run(RunConfig("s"), dataclasses.replace(FACTS, has_validation=False))
     assert not plan.validation and plan.monitor == "loss"

@@ -61,6 +61,7 @@ class CacheFallback(str, enum.Enum):
     TOO_LARGE = "too_large"  # the best stage's data exceeds the cache allowance
     SIZE_UNKNOWN = "size_unknown"  # no record count to size the best stage's data from
     NOTHING_FITS = "nothing_fits"  # not even the encoded records fit: no cache
+    ONE_PASS = "one_pass"  # cache="auto" and a read of one pass or less: it would serve nothing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +93,21 @@ def cache_serves(examples_read: int | None, pass_examples: int | None) -> bool:
     if examples_read is None or pass_examples is None:
         return True
     return examples_read > pass_examples
+
+
+def keeps_cache(asked, examples_read: int | None, pass_examples: int | None) -> bool:
+    """Whether a pipeline whose config asked ``cache=asked`` reads with its cache for a reader
+    (a fit) that takes ``examples_read`` examples in all through one iterator, one pass being
+    ``pass_examples`` (None where either is unknown or not exact).
+
+    The one decision of a cache for a given read; the planner, ``tfopt.Run``'s fits and the
+    pipeline benchmark all take it from here. Under ``"auto"`` the cache is an optimisation, so
+    it goes where it would serve nothing (:func:`cache_serves`); one asked for (True, or a
+    file) is the user's choice and stays whatever the read; ``False`` keeps none.
+    """
+    if asked is False:
+        return False
+    return asked != "auto" or cache_serves(examples_read, pass_examples)
 
 
 def shuffle_files_before(cache: CacheMode) -> bool:

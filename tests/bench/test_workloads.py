@@ -55,7 +55,7 @@ def test_data_is_the_same_for_the_same_seed_and_run_inputs_count_it(name, tmp_pa
     assert first.num_train > 0 and first.num_validation > 0
     # what tfopt.Run is to be given holds the examples the plain fit trains and validates on
     given = workload.run_inputs(workload.inputs(first))
-    assert set(given) <= {"source", "validation", "batch_size", "label"}
+    assert set(given) <= {"source", "validation", "batch_size", "label", "precision"}
     assert run_counts(given) == (first.num_train, first.num_validation)
     if "label" in given:  # a DataFrame (or its columns): the label is one of them
         assert given["label"] in given["source"] and given["label"] in given["validation"]

@@ -3,6 +3,7 @@ caching by budget, reproducibility, non-image data, and MirroredStrategy."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -478,3 +479,93 @@ def test_an_input_context_of_another_type_is_refused(indexed_png_dataset):
                        r"tf.distribute.InputContext, a tf.distribute.Strategy, or None"):
         PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=16, split="train",
                         input_context="two workers")
+
+
+# -- planning again on what was read once -------------------------------------------------------
+
+
+def _counting_reads(monkeypatch):
+    """Count the calls of the source's resolution and the shards' header walk (the real
+    functions still run): what a replanned builder must not repeat."""
+    import tfopt.data.pipeline as pipeline
+
+    calls = {"resolve_source": 0, "read_limits": 0}
+    for name in calls:
+        real = getattr(pipeline, name)
+
+        def counted(*args, _real=real, _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(pipeline, name, counted)
+    # the same memory for every builder, so that a builder made afresh plans on the same facts
+    monkeypatch.setattr(pipeline, "available_memory", lambda: 8 << 30)
+    return calls
+
+
+def _pass_of(builder, batches):
+    return [(images.numpy(), labels.numpy()) for images, labels in builder.build().take(batches)]
+
+
+def test_replanned_runs_only_the_planner_and_plans_as_a_builder_made_afresh(
+        indexed_png_dataset, monkeypatch):
+    calls = _counting_reads(monkeypatch)
+    builder = PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, training=True,
+                              seed=3)
+    assert calls == {"resolve_source": 1, "read_limits": 1}
+    assert builder.plan.cache is CacheMode.DECODED
+    uncached = builder.replanned(cache=False)
+    assert calls == {"resolve_source": 1, "read_limits": 1}  # no second resolution or walk
+    fresh = PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, training=True,
+                            seed=3, cache=False)
+    assert uncached.plan == fresh.plan and uncached.facts == fresh.facts
+    assert uncached.choices == fresh.choices and uncached.source == fresh.source
+    assert builder.plan.cache is CacheMode.DECODED  # the first is left as it was
+    # the same batches, past the end of the first pass (5 batches hold the 40 records)
+    for (a_images, a_labels), (b_images, b_labels) in zip(
+            _pass_of(uncached, 7), _pass_of(fresh, 7), strict=True):
+        assert (a_images == b_images).all() and (a_labels == b_labels).all()
+    # a field that changes what is read reads the source again, as a new builder would
+    evaluation = builder.replanned(split="train", training=False)
+    assert calls == {"resolve_source": 3, "read_limits": 3}  # fresh's, and this one's
+    assert evaluation.plan == PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24,
+                                              split="train", seed=3).plan
+    with pytest.raises(InvalidArgumentError, match="PipelineBuilder.replanned: unknown option"):
+        builder.replanned(cashe=False)
+
+
+def test_a_fit_of_one_pass_or_less_plans_without_the_cache_and_says_so(
+        indexed_png_dataset, monkeypatch):
+    calls = _counting_reads(monkeypatch)
+    builder = PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, training=True,
+                              seed=3)
+    assert builder.pass_examples == 40 and builder.plan.cache is CacheMode.DECODED
+    # more than one pass: the cache serves the rest; unknown length: kept
+    assert builder.keeps_cache(41) and builder.for_fit(41) is builder
+    assert builder.keeps_cache(None) and builder.for_fit(None) is builder
+    for read in (40, 16):
+        assert not builder.keeps_cache(read)
+        fit = builder.for_fit(read)
+        assert calls == {"resolve_source": 1, "read_limits": 1}
+        assert fit.plan.cache is CacheMode.NONE
+        assert fit.plan.cache_fallback is CacheFallback.ONE_PASS
+        (note,) = fit.plan.notes
+        assert note.startswith(f"no cache for this read: it takes {read} examples in all")
+        # what the fit runs, said: no decoded cache in its description, the note says why
+        described = fit.choices.describe()
+        assert "cache        none (memory)" in described and "into the cache" not in described
+        assert f"note         {note}" in described
+        assert "decoded once" in builder.choices.describe()  # the planned one's decode
+        assert "the cache is off for this read" in fit.stall_advice()
+    # all else as a builder with cache=False plans it, batches included
+    fresh = PipelineBuilder(indexed_png_dataset, batch_size=8, image_size=24, training=True,
+                            seed=3, cache=False)
+    assert fit.plan == dataclasses.replace(fresh.plan, cache_fallback=CacheFallback.ONE_PASS,
+                                           notes=(note,))
+    for (a_images, a_labels), (b_images, b_labels) in zip(
+            _pass_of(fit, 2), _pass_of(fresh, 2), strict=True):
+        assert (a_images == b_images).all() and (a_labels == b_labels).all()
+    # a cache asked for is kept whatever the read; so is one that is not there
+    asked = builder.replanned(cache=True)
+    assert asked.keeps_cache(16) and asked.for_fit(16) is asked
+    assert fresh.keeps_cache(16) and fresh.for_fit(16) is fresh

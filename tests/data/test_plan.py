@@ -398,6 +398,41 @@ def test_a_read_of_less_than_one_pass_is_named_with_both_remedies():
     assert partial_pass_note(cached, 31) is not None
 
 
+def test_a_read_of_one_pass_or_less_plans_no_automatic_cache_and_says_why():
+    cached = plan(train(), IMAGES)
+    assert cached.cache is CacheMode.DECODED and pass_records(cached) == 1000
+    uncached = plan(train(cache=False), IMAGES)
+    for read in (1000, 320):
+        short = plan(train(), IMAGES, examples_read=read)
+        assert short.cache is CacheMode.NONE and short.cache_fallback is CacheFallback.ONE_PASS
+        (note,) = short.notes
+        part = "exactly" if read == 1000 else "less than"
+        assert note == (f"no cache for this read: it takes {read:,} examples in all, {part} one "
+                        "pass of the 1,000 records, and a cache serves only the passes after "
+                        "the one that fills it (a longer read caches the decoded data; "
+                        "cache=True keeps it for any read)")
+        # all else as cache=False plans it: decode, shuffle, file order, memory for tf.data
+        assert short == dataclasses.replace(uncached, cache_fallback=CacheFallback.ONE_PASS,
+                                            notes=(note,))
+        assert "the cache is off for this read of one pass or less" in stall_advice(short,
+                                                                                    IMAGES)
+    # a longer read, or one of unknown length: the plan as made for any read
+    assert plan(train(), IMAGES, examples_read=1001) == cached
+    assert plan(train(), IMAGES, examples_read=None) == cached
+    # a cache asked for stays; so does a fallback, and none where the pass is not exact
+    assert plan(train(cache=True), IMAGES, examples_read=10) == plan(train(cache=True), IMAGES)
+    encoded = train(ram_budget=int(IMAGES.total_bytes / CACHE_SHARE) + 1)
+    assert plan(encoded, IMAGES).cache is CacheMode.ENCODED
+    assert plan(encoded, IMAGES, examples_read=10).cache_fallback is CacheFallback.ONE_PASS
+    assert plan(encoded, IMAGES, examples_read=10).notes[0].endswith(
+        "(a longer read caches the encoded data; cache=True keeps it for any read)")
+    nothing = train(ram_budget=1000)
+    assert plan(nothing, IMAGES, examples_read=10) == plan(nothing, IMAGES)
+    two_workers = dataclasses.replace(IMAGES, workers=2, worker_index=0)
+    assert plan(train(), two_workers, examples_read=10) == plan(train(), two_workers)
+    assert plan(train(skip_corrupt=True), IMAGES, examples_read=10).cache is CacheMode.DECODED
+
+
 @pytest.mark.parametrize("config, facts", [
     (PipelineConfig(batch_size=32, training=True, image_size=224, cache=False), IMAGES),
     # no manifest: the pass's length is an estimate

@@ -16,6 +16,7 @@ from tfopt.data.plan_notes import (
     device_crop_note,
     estimated_records_note,
     full_decode_reason,
+    one_pass_note,
     reduced_decode_reason,
     service_note,
 )
@@ -36,6 +37,13 @@ def test_each_cache_fallback_says_why():
     assert unknown.startswith("final data not cached: its size is unknown without a manifest")
     nothing = cache_fallback_note(CacheMode.DECODED, CacheFallback.NOTHING_FITS, None)
     assert nothing == NOTHING_FITS_NOTE == "the data does not fit the RAM budget: no cache"
+    # a read (a fit) of one pass or less, under cache="auto"
+    assert one_pass_note(CacheMode.FINAL, 320, 1000) == (
+        "no cache for this read: it takes 320 examples in all, less than one pass of the 1,000 "
+        "records, and a cache serves only the passes after the one that fills it (a longer "
+        "read caches the final data; cache=True keeps it for any read)")
+    assert "it takes 1,000 examples in all, exactly one pass of the 1,000 records" in (
+        one_pass_note(CacheMode.FINAL, 1000, 1000))
 
 
 def test_the_planner_attaches_the_notes_of_its_decisions():
@@ -55,6 +63,8 @@ def test_the_planner_attaches_the_notes_of_its_decisions():
     bare = dataclasses.replace(JPEGS, shards_counted=False)
     skipping = plan(PipelineConfig(batch_size=32, image_size=224, skip_corrupt=True), bare)
     assert skipping.notes[-1] == UNCOUNTED_SKIPS_NOTE
+    fit = plan(PipelineConfig(batch_size=32, image_size=224), JPEGS, examples_read=1000)
+    assert fit.notes == (one_pass_note(CacheMode.FINAL, 1000, 1000),)
 
 
 def test_each_decoding_strategy_gives_its_reason():

@@ -466,9 +466,10 @@ def _cache_for_runs(settings: BenchSettings, records: int,
     """tfopt's cache setting for the timed runs of ``examples`` per epoch, the batches each
     run takes in all (timed and untimed), and the report's notes on them.
 
-    A cache serves only the passes after the one that fills it (:func:`tfopt.rules.cache_serves`),
-    so with ``cache="auto"`` runs that read one pass or less in all go without it, as
-    ``tfopt.Run`` reads a fit of one pass: ``--epochs 1`` measures what a one-epoch job gets.
+    A cache serves only the passes after the one that fills it, so with ``cache="auto"`` runs
+    that read one pass or less in all go without it, by the rule ``tfopt.Run``'s fits and the
+    planner take (:func:`tfopt.rules.keeps_cache`): ``--epochs 1`` measures what a one-epoch
+    job gets.
     tf.data completes a cache only at the end of its input and discards one left part-filled
     when the iterator goes (with a C++ warning, "did not fully read the dataset being cached";
     docs/data.md): a cache asked for (``cache=True``) in runs cut by ``max_batches`` to less
@@ -483,7 +484,7 @@ def _cache_for_runs(settings: BenchSettings, records: int,
     cut = (f"--max-batches {settings.max_batches} x {epochs} epoch(s) read {read:,} of the "
            f"{records:,} examples of one pass, and a cache is filled only by a pass read to its "
            "end")
-    if settings.cache == "auto" and not rules.cache_serves(read, records):
+    if not rules.keeps_cache(settings.cache, read, records):
         if read < records:
             return False, 0, (f"tfopt's cache is off in these runs: {cut}, so it would serve "
                               "nothing and be discarded after each run; runs of whole epochs "

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import os
@@ -33,7 +34,14 @@ from tfopt.data.config import FIELD_NAMES, PipelineConfig, make_config
 from tfopt.data.decode import checked_image, crop_and_resize, decode_full, decode_to_target
 from tfopt.data.plan import PREFETCH_DEVICE, SERVICE_PROCESSING_MODE, CacheMode, plan
 from tfopt.data.plan_notes import partial_pass_note, stall_advice
-from tfopt.data.plan_types import DistributionSource, Facts, PipelinePlan, Prefetch, Sharding
+from tfopt.data.plan_types import (
+    DistributionSource,
+    Facts,
+    PipelinePlan,
+    Prefetch,
+    Sharding,
+    pass_records,
+)
 from tfopt.data.shard_check import read_limits
 from tfopt.data.sizes import estimate_records
 from tfopt.data.source import (
@@ -129,6 +137,70 @@ def read_facts(source: PipelineSource, input_context=None) -> Facts:
     )
 
 
+# Config fields the source is read under: which split and keys (resolve_source) and what the
+# header walk does at a damaged shard (skip_corrupt). A builder replanned with any of them
+# changed reads the source again; with the others, only the planner runs again.
+READ_FIELDS = ("split", "image_key", "label_key", "training", "skip_corrupt")
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceRead:
+    """What a builder reads before it plans, once: the planner's facts and what ``build()``
+    needs of the files. Planning on it again (another config, a fit's length) opens no file.
+
+    Attributes:
+        given: The source as given (a folder, a list of files, a glob).
+        input_context: The input context as given.
+        where: How errors name the source ("tfopt verify WHERE").
+        source: The resolved source, with the header walk's counts where it had none.
+        limits: Records to read of each shard (the header walk's).
+        facts: The planner's facts: of the source, the machine and the distribution.
+        damaged: The note on sampled image values that are not images, or None.
+        fields: The :data:`READ_FIELDS` values it was read under.
+    """
+
+    given: object
+    input_context: object
+    where: str
+    source: PipelineSource
+    limits: tuple[int, ...]
+    facts: Facts
+    damaged: str | None
+    fields: tuple
+
+
+def read_source(source, config: PipelineConfig, input_context=None) -> SourceRead:
+    """Resolve ``source`` for ``config`` (split, keys), walk every plain shard's record
+    headers and read the facts of the source, this machine and the distribution
+    (:func:`read_facts`): what a :class:`PipelineBuilder` plans on.
+
+    Raises:
+        tfopt.errors.DatasetError: Nothing readable at ``source``, or a damaged shard (without
+            ``skip_corrupt``).
+        tfopt.errors.InvalidArgumentError: ``image_size`` given for data without images, or a
+            key that does not fit the data.
+    """
+    resolved = resolve_source(
+        source, split=config.split, image_key=config.image_key, label_key=config.label_key,
+        training=config.training)
+    if config.image_size is not None and resolved.image_key is None:
+        raise _no_images_error(source, resolved, config.image_size)  # before the walk
+    # records to read per shard: headers checked against the file sizes before TensorFlow
+    # reads a shard (its reader allocates a damaged length: a segmentation fault)
+    walk = read_limits(resolved, skip_corrupt=config.skip_corrupt)
+    if resolved.expected_counts is None and walk.counts is not None:
+        # shards another tool wrote: the walk has just counted every record
+        resolved = with_walked_counts(resolved, walk.counts)
+    damaged = _not_images_note(resolved, config.skip_corrupt)
+    if damaged:
+        logger.warning("%s", damaged)
+    # how errors name the source for 'tfopt verify': the path or glob as given
+    where = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "on its files"
+    return SourceRead(source, input_context, where, resolved, tuple(walk.limits),
+                      read_facts(resolved, input_context), damaged,
+                      tuple(getattr(config, name) for name in READ_FIELDS))
+
+
 class PipelineBuilder:
     """Builds a tuned ``tf.data.Dataset`` of ``(features, label)`` batches from TFRecords.
 
@@ -166,23 +238,18 @@ class PipelineBuilder:
     def __init__(self, source, config: PipelineConfig | int | None = None, *,
                  input_context=None, **fields):
         config = make_config(config, fields, "PipelineBuilder")
+        self._start(config, read_source(source, config, input_context))
+
+    def _start(self, config: PipelineConfig, read: SourceRead,
+               examples_read: int | None = None) -> None:
+        """Plan ``config`` on what was ``read`` (the planner alone: no file is opened)."""
+        if config.image_size is not None and read.source.image_key is None:
+            raise _no_images_error(read.given, read.source, config.image_size)
         self.config = config
-        self._given = (source, input_context)  # what replanned() builds from again
-        # how errors name the source for 'tfopt verify': the path or glob as given
-        self._where = (os.fspath(source) if isinstance(source, (str, os.PathLike))
-                       else "on its files")
-        self.source: PipelineSource = resolve_source(
-            source, split=config.split, image_key=config.image_key, label_key=config.label_key,
-            training=config.training)
-        if config.image_size is not None and self.source.image_key is None:
-            raise _no_images_error(source, self.source, config.image_size)
-        # records to read per shard: headers checked against the file sizes before TensorFlow
-        # reads a shard (its reader allocates a damaged length: a segmentation fault)
-        walk = read_limits(self.source, skip_corrupt=config.skip_corrupt)
-        self._read_limits = walk.limits
-        if self.source.expected_counts is None and walk.counts is not None:
-            # shards another tool wrote: the walk has just counted every record
-            self.source = with_walked_counts(self.source, walk.counts)
+        self._read = read  # what replanned() and for_fit() plan on again
+        self._where = read.where
+        self.source: PipelineSource = read.source
+        self._read_limits = read.limits
         # shard index -> records it lost to corruption under skip_corrupt, from its latest
         # read: set, not added to, so that repeated epochs and read-ahead do not count them
         # again. A Python dict, not a tf.Variable: built under a distribution strategy's scope
@@ -190,27 +257,66 @@ class PipelineBuilder:
         self._lost_per_shard: dict[int, int] = {}
         self._seed = config.seed if config.seed is not None else int.from_bytes(os.urandom(4), "little")
         self._resume = 0  # examples build() skips (resume_examples)
-        self.facts = read_facts(self.source, input_context)
-        self.plan: PipelinePlan = plan(config, self.facts)
+        self.facts = read.facts
+        self.plan: PipelinePlan = plan(config, self.facts, examples_read=examples_read)
         self._cache_location = cache_location(config.cache, self.source, self.plan,
                                               batch_size=config.batch_size,
                                               pad_ragged=config.pad_ragged)
         notes = other_cache_files(self._cache_location) if self.plan.cache_to_file else ()
-        damaged = _not_images_note(self.source, config.skip_corrupt)
-        if damaged:
-            logger.warning("%s", damaged)
-            notes = (damaged, *notes)
+        if read.damaged:
+            notes = (read.damaged, *notes)
         self.choices = PipelineChoices.of(self.plan, self._cache_location, tuple(notes))
+
+    def _planned(self, config: PipelineConfig,
+                 examples_read: int | None = None) -> PipelineBuilder:
+        """A new builder of ``config`` on this one's read, or on a new read where ``config``
+        changes a field the read depends on (:data:`READ_FIELDS`)."""
+        read = self._read
+        if tuple(getattr(config, name) for name in READ_FIELDS) != read.fields:
+            read = read_source(read.given, config, read.input_context)
+        builder = object.__new__(type(self))
+        builder._start(config, read, examples_read)
+        return builder
 
     def replanned(self, **fields) -> PipelineBuilder:
         """A new builder for the same source and input context with some config fields
-        changed (``cache=False``, say), planned afresh; this one is left as it is.
+        changed (``cache=False``, say); this one is left as it is.
+
+        Only the planner runs again, on the facts this builder read (the resolved source, the
+        header walk, the machine and the distribution): the same plan a builder made afresh
+        with these fields would make on the same machine. A field that changes what is read
+        (:data:`READ_FIELDS`: the split, the keys, ``training``, ``skip_corrupt``) reads the
+        source again, as a new builder would.
 
         Raises:
             tfopt.errors.InvalidArgumentError: An unknown field or a value out of range.
         """
-        source, input_context = self._given
-        return PipelineBuilder(source, self.config, input_context=input_context, **fields)
+        return self._planned(make_config(self.config, fields, "PipelineBuilder.replanned"))
+
+    @property
+    def pass_examples(self) -> int | None:
+        """Examples one pass of this pipeline yields in this process, where that is exact
+        (:func:`tfopt.data.plan_types.pass_records`); None where it is not (no record count,
+        several workers, the tf.data service, ``skip_corrupt``)."""
+        return pass_records(self.plan)
+
+    def keeps_cache(self, examples_read: int | None) -> bool:
+        """Whether a reader (a fit) that takes ``examples_read`` examples in all through one
+        iterator reads this pipeline as planned: it has no cache, or its cache stays
+        (:func:`tfopt.rules.keeps_cache`: under ``cache="auto"``, only a read of more than one
+        pass keeps it; one asked for stays). None: the read's length is unknown (kept)."""
+        return self.plan.cache is CacheMode.NONE or rules.keeps_cache(
+            self.config.cache, examples_read, self.pass_examples)
+
+    def for_fit(self, examples_read: int | None) -> PipelineBuilder:
+        """This builder, or, where a fit that takes ``examples_read`` examples in all would
+        not read its cache (:meth:`keeps_cache`), the same pipeline planned without it for
+        that read: its plan and ``choices`` say so (``cache`` none, ``cache_fallback``
+        ``ONE_PASS``, a note). Only the planner runs again, as in :meth:`replanned`; this
+        builder is left as it is."""
+        if self.keeps_cache(examples_read):
+            return self
+        return self._planned(self.config, examples_read)
 
     @property
     def corrupt_records(self) -> int:

@@ -39,6 +39,7 @@ from tfopt.data.plan_types import (
     PipelinePlan,
     Prefetch,
     Sharding,
+    exact_pass_records,
 )
 from tfopt.data.sizes import EVAL_CROP_FRACTION
 from tfopt.errors import InvalidArgumentError
@@ -62,12 +63,17 @@ SERVICE_PROCESSING_MODE = "distributed_epoch"
 PREFETCH_DEVICE = "/gpu:0"
 
 
-def plan(config: PipelineConfig, facts: Facts) -> PipelinePlan:
+def plan(config: PipelineConfig, facts: Facts, *,
+         examples_read: int | None = None) -> PipelinePlan:
     """Resolve every decision of a pipeline from what was asked and what was read.
 
     Args:
         config: What the user asked for; its None fields are resolved here.
         facts: What was read from the source and the machine.
+        examples_read: The examples a reader (a fit) takes in all through one iterator, where
+            it is known: under ``cache="auto"`` a read of one pass or less plans no cache
+            (:func:`tfopt.rules.keeps_cache`: it would serve nothing), and the plan's notes say
+            why. Defaults to None (any read: the cache as the data and memory allow).
 
     Returns:
         The :class:`PipelinePlan`.
@@ -95,7 +101,7 @@ def plan(config: PipelineConfig, facts: Facts) -> PipelinePlan:
     ram_budget = (config.ram_budget if config.ram_budget is not None
                   else rules.default_ram_budget(facts.available_memory))
     cache, estimate, fallback = _choose_cache(config, facts, target, random_crop, ram_budget,
-                                              notes)
+                                              notes, examples_read)
     decode = None
     if target is not None:
         decode = choose_decode(
@@ -193,7 +199,7 @@ def _target(config: PipelineConfig, facts: Facts) -> tuple[int, int] | None:
 
 
 def _choose_cache(config: PipelineConfig, facts: Facts, target, random_crop: bool,
-                  ram_budget: int, notes: list[str]
+                  ram_budget: int, notes: list[str], examples_read: int | None = None
                   ) -> tuple[CacheMode, int | None, CacheFallback | None]:
     records = facts.records
     estimated = records is None and bool(facts.estimated_records) and target is not None
@@ -218,6 +224,13 @@ def _choose_cache(config: PipelineConfig, facts: Facts, target, random_crop: boo
     if config.cache != "auto":
         return best, estimate, None  # asked for: in memory or in the given file
     choice = rules.choose_cache(best, estimate, facts.total_bytes, ram_budget)
+    one_pass = exact_pass_records(facts.records, skip_corrupt=config.skip_corrupt,
+                                  service=config.service, workers=facts.workers)
+    if (choice.mode is not CacheMode.NONE and examples_read is not None
+            and not rules.keeps_cache(config.cache, examples_read, one_pass)):
+        # planned as under cache=False (the same estimate), with a note saying why
+        notes.append(plan_notes.one_pass_note(choice.mode, examples_read, one_pass))
+        return CacheMode.NONE, estimate, CacheFallback.ONE_PASS
     if choice.fallback is not None:
         notes.append(plan_notes.cache_fallback_note(best, choice.fallback, estimate))
     return choice.mode, choice.estimate_bytes, choice.fallback

@@ -49,6 +49,16 @@ def cache_fallback_note(best: CacheMode, fallback: CacheFallback,
     return f"{best.value} data not cached: {why}; caching the encoded records instead"
 
 
+def one_pass_note(planned: CacheMode, examples_read: int, pass_records: int) -> str:
+    """No cache for a read (a fit) of ``examples_read`` examples, one pass of ``pass_records``
+    or less: the ``planned`` cache (``cache="auto"``) would serve none of it."""
+    part = "less than" if examples_read < pass_records else "exactly"
+    return (f"no cache for this read: it takes {examples_read:,} examples in all, {part} one "
+            f"pass of the {pass_records:,} records, and a cache serves only the passes after "
+            f"the one that fills it (a longer read caches the {planned.value} data; cache=True "
+            "keeps it for any read)")
+
+
 def service_note(service: str, processing_mode: str) -> str:
     """Preprocessing on the tf.data service at ``service``, in ``processing_mode``."""
     return (f"preprocessing runs on the tf.data service at {service}, processing mode "
@@ -105,6 +115,9 @@ def stall_advice(plan: PipelinePlan, facts: Facts) -> str:
     fallback = plan.cache_fallback
     if fallback is CacheFallback.OFF:
         parts.append("the cache is off (cache=False)")
+    elif fallback is CacheFallback.ONE_PASS:
+        parts.append("the cache is off for this read of one pass or less, which it would not "
+                     "serve (a longer fit caches)")
     elif fallback is not None:
         best = plan.best_cache.value
         why = {CacheFallback.TOO_LARGE: f"the {best} data would not fit the RAM budget, so "

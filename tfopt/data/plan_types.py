@@ -1,6 +1,6 @@
 """The types of a pipeline's plan: what the planner reads (:class:`Facts`) and what it decides
-(:class:`PipelinePlan`, :class:`DecodePlan` and their enums), typed, with what follows from a
-plan alone (:func:`pass_records`).
+(:class:`PipelinePlan`, :class:`DecodePlan` and their enums), typed, with the length of a pass
+where it is exact (:func:`exact_pass_records`, :func:`pass_records`).
 
 The planner (:func:`tfopt.data.plan.plan`) makes them, the builder
 (:mod:`tfopt.data.pipeline`) executes them, :mod:`tfopt.data.plan_notes` puts them in words and
@@ -259,13 +259,22 @@ class PipelinePlan:
         return CacheMode.DECODED if random_crop else CacheMode.FINAL
 
 
+def exact_pass_records(records: int | None, *, skip_corrupt: bool, service: str | None,
+                       workers: int) -> int | None:
+    """Records one pass yields in this process, where that is exact: the manifest's (or the
+    header walk's) count ``records``, read whole (one worker, no tf.data service, nothing
+    skipped); else None. The planner asks it before the plan exists (to decide a cache for a
+    read of a given length), :func:`pass_records` of a plan made."""
+    if records is None or skip_corrupt or service is not None or workers > 1:
+        return None
+    return records
+
+
 def pass_records(plan: PipelinePlan) -> int | None:
-    """Records one pass of this pipeline yields in this process, where that is exact: the
-    manifest's count, read whole (one worker, no tf.data service, nothing skipped); else None.
+    """Records one pass of this pipeline yields in this process, where that is exact
+    (:func:`exact_pass_records` of the plan's own fields); else None.
 
     Every cached stage yields one element per record, so this is also where the first pass
     completes a cache (:func:`tfopt.data.plan_notes.partial_pass_note`)."""
-    if (plan.records is None or plan.skip_corrupt or plan.service is not None
-            or plan.workers > 1):
-        return None
-    return plan.records
+    return exact_pass_records(plan.records, skip_corrupt=plan.skip_corrupt,
+                              service=plan.service, workers=plan.workers)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import logging
 import os
 import shutil
@@ -452,6 +453,33 @@ def _build_multi_worker(tf, plan, cluster):
     return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
 
 
+# A process configures its collective ops once, before its first TensorFlow op: the strategy
+# built first for a cluster is the one every later call for that cluster gets (so a script
+# that builds it at its top, before its datasets, and tfopt.Run share it)
+_MULTI_WORKER_BUILT: dict = {}
+
+
+def _multi_worker_once(tf, plan, cluster):
+    if plan.cluster_source == "resolver":
+        key = ("resolver", id(cluster))
+    elif cluster is not None:
+        key = ("tf_config", json.dumps(parse_tf_config(cluster), sort_keys=True))
+    else:
+        key = (plan.cluster_source, os.environ.get("TF_CONFIG"))
+    if key not in _MULTI_WORKER_BUILT:
+        try:
+            _MULTI_WORKER_BUILT[key] = _build_multi_worker(tf, plan, cluster)
+        except RuntimeError as error:
+            if "must be configured at program startup" not in str(error):
+                raise
+            raise InvalidArgumentError(
+                "strategy: a multi-worker strategy must be built before the process's first "
+                "TensorFlow op, and this script ran one first (a tf.data.Dataset or a tensor "
+                "made before tfopt.Run): call tfopt.select_strategy() at the top of the script, "
+                "before making any data; tfopt.Run then uses that strategy") from error
+    return _MULTI_WORKER_BUILT[key]
+
+
 def _build_tpu(tf, plan, cluster):
     if plan.cluster_source == "resolver":
         resolver = cluster
@@ -511,7 +539,10 @@ def select_strategy(name: str | StrategyPlan = "auto", *, devices: Sequence | No
     plan = name if isinstance(name, StrategyPlan) else plan_strategy(
         name, devices=devices, cluster=cluster)
     tf = import_tensorflow()
-    strategy = _BUILDERS[plan.kind](tf, plan, cluster)
+    if plan.kind is StrategyKind.MULTI_WORKER:
+        strategy = _multi_worker_once(tf, plan, cluster)
+    else:
+        strategy = _BUILDERS[plan.kind](tf, plan, cluster)
     logger.info("strategy %s with %d replica(s): %s", plan.name,
                 int(strategy.num_replicas_in_sync), plan.reason)
     return strategy

@@ -19,13 +19,11 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-import tfopt.rules as rules
 from tfopt._internals.keras_model import initial_epoch
 from tfopt._internals.tf_runtime import op_determinism_enabled
 from tfopt.data.augment.layer import Augment
 from tfopt.data.inputs import is_in_memory_or_dataset
 from tfopt.data.pipeline import PipelineBuilder
-from tfopt.data.plan_types import pass_records
 from tfopt.distribute.cluster import cluster_info
 from tfopt.distribute.strategy import StrategyPlan, plan_strategy, select_strategy
 from tfopt.errors import InvalidArgumentError
@@ -396,12 +394,13 @@ class Run:
         return self._data.describe(self.plan.global_batch)
 
     def _cache_may_go(self) -> bool:
-        """Whether a fit of one pass or less would leave out a pipeline's cache."""
+        """Whether a fit of one pass or less would leave out a pipeline's cache
+        (:meth:`PipelineBuilder.keeps_cache` of one pass: ``cache="auto"`` and a pass of exact
+        length)."""
         if self._train_builder is None:
             return False
         builders = [self._train_builder, *([self._eval_builder] if self._eval_builder else [])]
-        return any(b.config.cache == AUTO and b.plan.cache is not rules.CacheMode.NONE
-                   for b in builders)
+        return any(not b.keeps_cache(b.pass_examples) for b in builders)
 
     # -- building and training -------------------------------------------------------------
 
@@ -569,7 +568,9 @@ class Run:
             if steps > spe and steps % spe:
                 steps = steps // spe * spe  # whole calls, as for shards (the stream goes on)
             batches = -(-steps // spe) * spe
-            skip = self.plan.resume_epoch * batches // self.plan.workers
+            # every worker reads the whole stream of global batches and keeps its slice of
+            # each (data sharding), so each skips all the batches of the epochs done
+            skip = self.plan.resume_epoch * batches
             train = data.train(model, global_batch, drop_remainder=self.plan.replicas > 1,
                                seed=self._stream_seed(), skip_batches=skip)
             validation = data.validation(model, global_batch)
@@ -618,18 +619,18 @@ class Run:
 
     def _cache_if_read(self, name: str, builder: PipelineBuilder,
                        examples: int | None) -> PipelineBuilder:
-        """``builder``, or the same pipeline without its cache where a reader of ``examples``
-        examples in all would never read from it (:func:`tfopt.rules.cache_serves`). Only
-        under ``cache="auto"``: a cache asked for is kept."""
-        plan = builder.plan
-        if (builder.config.cache != AUTO or plan.cache is rules.CacheMode.NONE
-                or rules.cache_serves(examples, pass_records(plan))):
+        """``builder``, or the same pipeline planned without its cache for a fit that reads
+        ``examples`` examples in all, which would never read from it
+        (:meth:`PipelineBuilder.for_fit`; the rule: :func:`tfopt.rules.keeps_cache`). Only
+        under ``cache="auto"``: a cache asked for is kept. The planner alone runs again: no
+        file is read."""
+        if builder.keeps_cache(examples):
             return builder
         if name not in self._uncached:
             logger.info("the %s pipeline runs without its %s cache in this fit: it reads %s "
                         "examples, one pass or less, and a cache serves only the passes after "
-                        "the one that fills it", name, plan.cache.value, f"{examples:,}")
-            self._uncached[name] = builder.replanned(cache=False)
+                        "the one that fills it", name, builder.plan.cache.value, f"{examples:,}")
+            self._uncached[name] = builder.for_fit(examples)
         return self._uncached[name]
 
     def _validation_for(self, epochs: int) -> tf.data.Dataset | None:
@@ -637,7 +638,7 @@ class Run:
         planned one, or the same without its cache where those passes would not read it."""
         if self._eval_builder is None:
             return None
-        records = pass_records(self._eval_builder.plan)
+        records = self._eval_builder.pass_examples
         builder = self._cache_if_read("validation", self._eval_builder,
                                       epochs * records if records else None)
         if builder is self._eval_builder:
