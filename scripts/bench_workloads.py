@@ -13,8 +13,9 @@ fit serves no other):
 - ``keras``: the example's build, ``compile`` and ``fit`` call as it writes them;
 - ``tfopt``: ``tfopt.Run(**workload.run_inputs(inputs))``, the model built in ``run.scope()``,
   ``run.compile`` with the example's optimizer, loss and metrics, ``run.fit`` for the same
-  epochs with the example's callbacks. Where ``tfopt.Run`` does not take the source yet (a
-  ``tf.data`` pipeline, arrays, a DataFrame), the arm is skipped and the reason printed.
+  epochs with the example's callbacks (``run_inputs`` may add an option the example needs,
+  with its reason in the workload's module). An arm that fails is recorded with its error and
+  the other workloads go on.
 
 A fit's time is whole: build (with the ``adapt`` calls inside the model), compile and fit; the
 inputs step (building the example's pipeline, and its ``adapt`` calls outside the model) is
