@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import make_demo_shards
 from tfopt.errors import InvalidArgumentError
 from tfopt.run.config import RunConfig
-from tfopt.run.plan import SPE_UNTRIED, RunFacts, SpeSource, plan_run
+from tfopt.run.plan import SPE_UNTRIED, RunFacts, SpeSource, calls_that_divide, plan_run
 
 FACTS = RunFacts(replicas=1, workers=1, chief=True, policy="float32", policy_reason="rule",
                  steps_per_epoch=1000, trial_steps=165, has_validation=True)
@@ -73,6 +73,24 @@ def test_steps_per_execution_given_cached_trialled_or_untried_and_why():
         short.spe_reason
     workers = plan_run(config, dataclasses.replace(FACTS, workers=2))
     assert workers.spe_source is SpeSource.UNTRIED and "several workers" in workers.spe_reason
+
+
+def test_where_an_epoch_is_a_pass_its_calls_divide_it_and_describe_says_so():
+    assert [calls_that_divide(4, steps) for steps in (40, 42, 41, 3)] == [4, 3, 1, 3]
+    assert calls_that_divide(16, 42) == 14 and calls_that_divide(4, None) == 4
+    config = RunConfig("s", image_size=32)
+    pass_of_42 = dataclasses.replace(FACTS, steps_per_epoch=42, epoch_is_pass=True)
+    untried = plan_run(config, pass_of_42)
+    assert untried.steps_per_execution == 3 and untried.spe_source is SpeSource.UNTRIED
+    assert "4 lowered to 3, which divides the epoch's 42 steps" in untried.spe_reason
+    given = plan_run(config.replace(steps_per_execution=8), pass_of_42)
+    assert given.steps_per_execution == 7 and given.spe_source is SpeSource.GIVEN
+    cached = plan_run(config, dataclasses.replace(pass_of_42, cached_steps_per_execution=16))
+    assert cached.steps_per_execution == 14
+    # shards: an epoch counts steps of one shuffled stream, so the given value stands
+    shards = plan_run(config.replace(steps_per_execution=8),
+                      dataclasses.replace(FACTS, steps_per_epoch=42))
+    assert shards.steps_per_execution == 8 and shards.spe_reason == "given"
 
 
 def test_a_batched_dataset_keeps_its_batch_and_a_held_out_fraction_is_named():

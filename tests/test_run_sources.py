@@ -92,6 +92,32 @@ def test_a_dataset_keeps_its_batches_or_is_batched_and_validates_on_the_given_on
     compile_and_fit(unbatched, epochs=1)
 
 
+def test_epochs_of_a_dataset_are_its_passes_as_in_model_fit(tf):
+    """A dataset of 6 batches at 4 steps per call: each epoch must still be one pass (Keras
+    would train 8 batches an epoch off a stream that goes on), so the losses are Keras's."""
+    import tfopt
+
+    dataset = tf.data.Dataset.from_tensor_slices(signal(240)).batch(40)
+
+    def fit_losses(fit):
+        keras.utils.set_random_seed(3)
+        return fit()
+
+    def plain():
+        model = classifier()
+        model.compile(keras.optimizers.Adam(0.01),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return model.fit(dataset, epochs=3, verbose=0).history["loss"]
+
+    def through_run():
+        run = tfopt.Run(dataset, validation=None, steps_per_execution=4, precision="float32")
+        assert run.plan.steps_per_execution == 3 and "divides the epoch's 6 steps" in \
+            run.describe()
+        return compile_and_fit(run, epochs=3)[1].history["loss"]
+
+    np.testing.assert_allclose(fit_losses(through_run), fit_losses(plain), rtol=1e-5)
+
+
 def test_the_trial_times_the_users_model_on_its_own_batches_and_is_kept(tf, tmp_path):
     import tfopt
 
@@ -100,7 +126,8 @@ def test_the_trial_times_the_users_model_on_its_own_batches_and_is_kept(tf, tmp_
     assert run.plan.spe_source.value == "trial"
     model, _ = compile_and_fit(run, epochs=1)
     assert set(run.steps_per_execution_trial) == {1, 4, 16}
-    assert model.steps_per_execution in (1, 4, 16)
+    # the trial's choice (1, 4 or 16) lowered to divide the epoch's 170 steps
+    assert model.steps_per_execution in (1, 2, 10)
     again = tfopt.Run((x, y), batch_size=8, workdir=tmp_path / "run", seed=0)
     compile_and_fit(again, epochs=1)
     assert again.plan.spe_source.value == "cached"

@@ -111,6 +111,9 @@ def test_array_batches_shuffle_each_pass_cover_every_example_and_resume_in_place
     assert stream(skip=3)[:6] == batches[3:9]  # a resumed stream continues the same order
     evaluation = array_batches(given, x, 4, training=False)
     assert [b[1].numpy().tolist() for b in evaluation] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    kept = array_batches(given, x, 4, training=False, keep_batches=True)
+    for _ in range(2):  # the first pass fills the memory, the second reads it: the same batches
+        assert [b[1].numpy().tolist() for b in kept] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 
 
 def test_a_datasets_reshuffling_continues_where_the_done_epochs_left_it(tf):

@@ -43,12 +43,14 @@ def _tensors(value):
 
 def array_batches(arrays: ArraysInput, x, batch_size: int, *, training: bool,
                   seed: int | None = None, drop_remainder: bool = False,
-                  skip_batches: int = 0) -> tf.data.Dataset:
+                  skip_batches: int = 0, keep_batches: bool = False) -> tf.data.Dataset:
     """Batches of ``(x, y[, sample_weight])`` from ``arrays``; ``x`` as the model takes it
     (:meth:`ArraysInput.features`).
 
     Training: shuffled anew every pass, repeated, the first ``skip_batches`` batches of the
-    stream skipped (a resumed run's). Evaluation: one pass in order.
+    stream skipped (a resumed run's). Evaluation: one pass in order; with ``keep_batches`` the
+    gathered batches are kept in memory after the first pass, because each evaluation opens a
+    new iterator and starting the gather anew costs more than a small set's whole pass.
     """
     examples = len(arrays)
     parts = tuple(part for part in (x, arrays.y, arrays.sample_weight) if part is not None)
@@ -68,6 +70,8 @@ def array_batches(arrays: ArraysInput, x, batch_size: int, *, training: bool,
 
     dataset = batches.map(gather, num_parallel_calls=rules.parallel_calls(usable_cores()),
                           deterministic=True)
+    if keep_batches and not training:
+        dataset = dataset.cache()
     options = tf.data.Options()
     options.autotune.enabled = rules.AUTOTUNE_ENABLED  # as the builder's pipelines
     return dataset.prefetch(rules.PREFETCH_DEPTH).with_options(options)

@@ -13,7 +13,7 @@ import enum
 from tfopt.errors import InvalidArgumentError
 from tfopt.run.config import AUTO, BatchNorm, RunConfig
 
-__all__ = ["RunFacts", "RunPlan", "SpeSource", "plan_run"]
+__all__ = ["RunFacts", "RunPlan", "SpeSource", "calls_that_divide", "divide_epoch", "plan_run"]
 
 # The trial's middle candidate (1, 4, 16): where no trial runs, 4 steps per call take most of
 # the per-call overhead away without holding a long call between callbacks.
@@ -53,6 +53,9 @@ class RunFacts:
         keeps_batches: The source is a batched dataset whose batches are kept as they come.
         validation_reason: What the validation data is, in words, where ``Run`` read it from
             the source (arrays held out, a dataset given); None: the planner's own words.
+        epoch_is_pass: An epoch is one pass of the data, as ``model.fit`` makes it (arrays, a
+            DataFrame, a dataset of known length), so it must end where the pass ends; False
+            for shards, whose epoch is a count of steps of one shuffled stream.
     """
 
     replicas: int
@@ -70,6 +73,7 @@ class RunFacts:
     dataset_batch: int | None = None
     keeps_batches: bool = False
     validation_reason: str | None = None
+    epoch_is_pass: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +133,38 @@ def _accumulation(config: RunConfig, global_batch: int | None) -> tuple[int, str
                    f"{effective})" if steps > 1 else "none: the effective batch is one step's")
 
 
+def calls_that_divide(steps_per_execution: int, steps_per_epoch: int | None) -> int:
+    """The largest ``steps_per_execution`` up to the one given that divides the epoch.
+
+    Keras runs an epoch as whole calls: on a stream that goes on, a call that crosses the
+    epoch's end trains batches of the next pass, so every later epoch starts off its pass and
+    its validation comes at another point than ``model.fit``'s.
+    """
+    if not steps_per_epoch:
+        return steps_per_execution
+    return next(calls for calls in range(min(steps_per_execution, steps_per_epoch), 0, -1)
+                if steps_per_epoch % calls == 0)
+
+
+def divide_epoch(spe: int | None, source: SpeSource, reason: str,
+                 facts: RunFacts) -> tuple[int | None, SpeSource, str]:
+    """``spe`` as :func:`calls_that_divide` makes it where an epoch is a pass, and why."""
+    if spe is None or not facts.epoch_is_pass:
+        return spe, source, reason
+    whole = calls_that_divide(spe, facts.steps_per_epoch)
+    if whole == spe:
+        return spe, source, reason
+    return whole, source, (f"{reason}; {spe} lowered to {whole}, which divides the epoch's "
+                           f"{facts.steps_per_epoch} steps, so each epoch is one pass of the "
+                           "data as in model.fit")
+
+
 def _steps_per_execution(config: RunConfig, facts: RunFacts) -> tuple[int | None, SpeSource, str]:
+    return divide_epoch(*_wanted_steps_per_execution(config, facts), facts)
+
+
+def _wanted_steps_per_execution(config: RunConfig,
+                                facts: RunFacts) -> tuple[int | None, SpeSource, str]:
     if config.steps_per_execution != AUTO:
         return config.steps_per_execution, SpeSource.GIVEN, "given"
     if facts.cached_steps_per_execution is not None:

@@ -30,7 +30,7 @@ from tfopt.errors import InvalidArgumentError
 from tfopt.records.format.layout import resolve_dataset
 from tfopt.records.format.tfrecord import tf_compression_type
 from tfopt.run.config import AUTO, BatchNorm, RunConfig
-from tfopt.run.plan import RunFacts, RunPlan, SpeSource, plan_run
+from tfopt.run.plan import RunFacts, RunPlan, SpeSource, divide_epoch, plan_run
 from tfopt.run.training_data import DatasetData, MemoryData, training_data
 from tfopt.run.workdir import (
     HISTORY_FILE,
@@ -256,7 +256,7 @@ class Run:
         """What the planner reads of an in-memory or dataset source."""
         if self._data is None:
             return {}
-        facts = {"validation_reason": self._data.validation_reason()}
+        facts = {"validation_reason": self._data.validation_reason(), "epoch_is_pass": True}
         if isinstance(self._data, DatasetData) and self._data.keeps_batches:
             facts.update(keeps_batches=True, dataset_batch=self._data.own_batch())
         return facts
@@ -711,7 +711,7 @@ class Run:
             if cached.policy is not None:
                 self._use_policy(model, cached.policy, cached.policy_rates, "an earlier trial")
             self._replan(cached_steps_per_execution=cached.value)
-            return cached.value
+            return self.plan.steps_per_execution
 
         def clone(policy=None):
             copy = keras.models.clone_model(model)
@@ -748,8 +748,10 @@ class Run:
         if self.config.workdir is not None and self._facts.chief:
             write_spe_choice(self.config.workdir, key, spe, rates, policy=policy,
                              policy_rates=policy_rates)
-        self.plan = _with_trial(self.plan, spe, "the trial's choice: the smallest within 3 % "
-                                "of the fastest (run.steps_per_execution_trial has the rates)")
+        reason = ("the trial's choice: the smallest within 3 % of the fastest "
+                  "(run.steps_per_execution_trial has the rates)")
+        spe, _, reason = divide_epoch(spe, SpeSource.TRIAL, reason, self._facts)
+        self.plan = _with_trial(self.plan, spe, reason)
         return spe
 
     def _trial_precision(self) -> bool:

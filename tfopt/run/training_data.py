@@ -14,6 +14,8 @@ import logging
 
 import tensorflow as tf
 
+import tfopt.rules as rules
+from tfopt._system import available_memory
 from tfopt.data.input_pipeline import array_batches, array_steps, dataset_for_fit
 from tfopt.data.inputs import ArraysInput, DatasetInput, InputKind, held_out, read_input
 from tfopt.errors import InvalidArgumentError
@@ -58,7 +60,12 @@ class MemoryData:
         if self.validation_input is None:
             return None
         x = self.validation_input.features(model_input_names(model))
-        return array_batches(self.validation_input, x, global_batch, training=False)
+        # a second copy of the validation set, as batches, where it fits the cache's share
+        # of the RAM budget: every epoch's evaluation then reads it without gathering
+        keep = rules.cache_fits(self.validation_input.facts.nbytes or 0,
+                                rules.default_ram_budget(available_memory()))
+        return array_batches(self.validation_input, x, global_batch, training=False,
+                             keep_batches=keep)
 
     def check(self, model) -> None:
         """Refuse (before anything trains) a DataFrame whose columns this model cannot take."""
