@@ -268,3 +268,26 @@ def test_the_trial_keeps_a_half_precision_policy_only_where_it_pays_on_this_mode
     model, _ = compile_and_fit(again, epochs=1)  # the earlier trial's choice, not a new trial
     assert again.plan.spe_source.value == "cached" and again.plan.policy == chosen
     assert again.precision_trial == pytest.approx(rates)
+
+
+def test_a_recurrent_model_no_trial_times_computes_in_float32_on_a_cpu(tf):
+    import tfopt
+
+    rng = np.random.default_rng(0)
+    x = rng.random((96, 10, 3), dtype=np.float32)
+    y = (x[:, :, 0].sum(axis=1) > 5).astype(np.int64)
+    run = tfopt.Run((x, y), batch_size=16)  # 6 steps an epoch: no trial fits
+    if run.plan.policy == "float32":
+        pytest.skip("this machine's rule gives float32: nothing to keep out of half precision")
+
+    def recurrent():
+        inputs = keras.Input((10, 3))
+        return keras.Model(inputs, keras.layers.Dense(2)(keras.layers.LSTM(8)(inputs)))
+
+    model, history = compile_and_fit(run, epochs=1, model_fn=recurrent)
+    assert run.plan.policy == "float32" and "recurrent layers ('lstm')" in run.describe()
+    assert model.get_layer("lstm").cell.compute_dtype == "float32"
+    assert np.isfinite(history.history["loss"][-1])
+    dense = tfopt.Run((x.reshape(96, 30), y), batch_size=16)
+    compile_and_fit(dense, epochs=1, model_fn=lambda: classifier(30))
+    assert dense.plan.policy != "float32"  # no recurrent layer: the machine's rule stands

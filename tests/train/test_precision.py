@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
+import numpy as np
 import pytest
 
 from tfopt.errors import InvalidArgumentError
@@ -343,3 +344,24 @@ def test_check_subclassed_model_uses_its_last_layer(keras):
         model = Net()
     warnings = check_model_precision(model)
     assert len(warnings) == 1 and "'final'" in warnings[0]
+
+
+def test_recurrent_layers_are_found_and_compute_in_reaches_their_cells(keras):
+    from tfopt.train.precision import compute_in, recurrent_layers
+
+    with enable_policy("mixed_bfloat16"):
+        inputs = keras.Input((12, 3))
+        hidden = keras.layers.Bidirectional(keras.layers.GRU(4, return_sequences=True),
+                                            name="both")(inputs)
+        hidden = keras.layers.LSTM(4, name="lstm")(hidden)
+        model = keras.Model(inputs, keras.layers.Dense(1, dtype="float32")(hidden))
+    assert sorted(recurrent_layers(model)) == ["both", "lstm"]
+    lstm, both = model.get_layer("lstm"), model.get_layer("both")
+    assert lstm.cell.compute_dtype == "bfloat16"
+    compute_in(model, "float32")
+    # the cells compute the recurrence: left in bfloat16 they would add casts, not save them
+    assert {lstm.cell.compute_dtype, both.forward_layer.cell.compute_dtype,
+            both.backward_layer.cell.compute_dtype} == {"float32"}
+    assert model(np.ones((2, 12, 3), np.float32)).dtype == "float32"
+    dense_only = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    assert recurrent_layers(dense_only) == []

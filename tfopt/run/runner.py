@@ -56,6 +56,7 @@ from tfopt.train.precision import (
     compute_in,
     enable_policy,
     keep_outputs_float32,
+    recurrent_layers,
 )
 from tfopt.train.sync_batch_norm import synchronize_batch_norm
 from tfopt.tune.steps_per_execution import (
@@ -466,6 +467,7 @@ class Run:
             self._data.check(model)  # a DataFrame's columns this model cannot take: refused now
         with self._entered():
             self._rewrite_batch_norm(model)
+            self._keep_recurrent_untried_in_float32(model)
             if self.plan.policy != "float32":
                 self._precision_changes = keep_outputs_float32(model)
                 for change in self._precision_changes:
@@ -759,6 +761,26 @@ class Run:
         policy, for data the trial can feed (not shards' synthetic images)."""
         return (self.config.precision == AUTO and self.plan.policy != "float32"
                 and self._data is not None)
+
+    def _keep_recurrent_untried_in_float32(self, model) -> None:
+        """On a CPU, a recurrent model whose half-precision policy no trial will time computes
+        in float32: a recurrent layer runs one small matrix product per time step, too small
+        for bfloat16's faster products to pay for the casts around each (a trial that runs
+        keeps or drops the policy by measurement instead)."""
+        if (self.config.precision != AUTO or self.plan.policy == "float32" or self._gpus
+                or self.plan.spe_source is SpeSource.TRIAL):
+            return
+        recurrent = recurrent_layers(model)
+        if not recurrent:
+            return
+        compute_in(model, "float32")
+        shown = ", ".join(repr(name) for name in recurrent[:3]) + (
+            f" and {len(recurrent) - 3} more" if len(recurrent) > 3 else "")
+        self._replan(policy="float32", policy_reason=(
+            f"untried: {self.plan.policy} was the CPU's choice, but the model's "
+            f"recurrent layers ({shown}) run one small matrix product per time step, too small "
+            "to pay for the casts half precision adds, and no trial times it in an epoch this "
+            "short"))
 
     def _use_policy(self, model, policy: str, rates: dict[str, float], whose: str) -> None:
         """Make the run (and ``model``) compute under the trial's ``policy``."""

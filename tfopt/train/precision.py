@@ -375,6 +375,14 @@ def _all_layers(model):
         seen.add(id(layer))
         layers.append(layer)
         stack.extend(getattr(layer, "layers", ()) or ())
+        # layers held by a layer, not listed in .layers: an RNN's cell (a StackedRNNCells'
+        # cells), a wrapper's layer, a Bidirectional's two directions
+        for held in ("cell", "layer", "forward_layer", "backward_layer"):
+            inner = getattr(layer, held, None)
+            if hasattr(inner, "dtype_policy"):
+                stack.append(inner)
+        stack.extend(cell for cell in getattr(layer, "cells", ()) or ()
+                     if hasattr(cell, "dtype_policy"))
     return layers
 
 
@@ -437,6 +445,19 @@ def _float32_outputs(model) -> list:
     layers = [_output_layer(model, keras_history_layer(tensor)) for tensor in outputs or []]
     return [layer for layer in layers
             if layer is not None and str(layer.compute_dtype) == "float32"]
+
+
+def recurrent_layers(model) -> list[str]:
+    """The names of ``model``'s recurrent layers (``keras.layers.RNN`` and its subclasses
+    LSTM, GRU, ConvLSTM, and ``Bidirectional`` wrappers), nested models searched."""
+    import keras
+
+    layers = _all_layers(model)
+    directions = {id(getattr(layer, side)) for layer in layers
+                  if isinstance(layer, keras.layers.Bidirectional)
+                  for side in ("forward_layer", "backward_layer")}
+    return [layer.name for layer in layers if id(layer) not in directions
+            and isinstance(layer, (keras.layers.RNN, keras.layers.Bidirectional))]
 
 
 def keep_outputs_float32(model) -> list[str]:
