@@ -55,7 +55,7 @@ ALLOWED = {
     "models": {"foundation"},
     "train": {"foundation", "rules", "gpu", "data", "distribute", "models"},
     "tune": {"foundation", "rules", "gpu", "data", "models", "train"},
-    "run": {"foundation", "rules", "records", "distribute", "data", "train", "tune"},
+    "run": {"foundation", "rules", "gpu", "records", "distribute", "data", "train", "tune"},
     "bench": {"foundation", "rules", "gpu", "records", "distribute", "data", "analysis", "models",
               "train", "tune", "run"},
     "cli": {"foundation", "rules", "gpu", "records", "distribute", "data", "analysis", "models",

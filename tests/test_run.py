@@ -48,7 +48,7 @@ def test_the_planners_reasons_say_why_not_what_one_machine_measured():
                   dataclasses.replace(FACTS, workers=2, has_validation=False)):
         plan = plan_run(config, facts)
         reasons = [value for name, value in vars(plan).items() if name.endswith("_reason")]
-        assert len(reasons) == 5 and not any(map(measurement_spans, reasons)), reasons
+        assert len(reasons) == 6 and not any(map(measurement_spans, reasons)), reasons
 
 
 def test_accumulation_takes_a_multiple_of_the_global_batch():
@@ -91,6 +91,27 @@ def test_where_an_epoch_is_a_pass_its_calls_divide_it_and_describe_says_so():
     shards = plan_run(config.replace(steps_per_execution=8),
                       dataclasses.replace(FACTS, steps_per_epoch=42))
     assert shards.steps_per_execution == 8 and shards.spe_reason == "given"
+
+
+def test_xla_is_given_tried_where_an_epoch_pays_for_it_or_left_to_keras_and_why():
+    config = RunConfig("s", image_size=32)
+    passes = dataclasses.replace(FACTS, epoch_is_pass=True)  # arrays, a DataFrame, a dataset
+    assert plan_run(config, passes).jit_compile is None  # timed at compile
+    given = plan_run(config.replace(jit_compile=False), passes)
+    assert (given.jit_compile, given.xla_reason) == (False, "given")
+    cached = plan_run(config, dataclasses.replace(passes, cached_jit_compile=True))
+    assert cached.jit_compile is True and "earlier trial" in cached.xla_reason
+    shapes = plan_run(config, dataclasses.replace(passes, variable_axes=("x axis 1",)))
+    assert shapes.jit_compile is False and "change shape (x axis 1)" in shapes.xla_reason
+    short = plan_run(config, dataclasses.replace(passes, steps_per_epoch=20))
+    workers = plan_run(config, dataclasses.replace(passes, workers=2))
+    shards = plan_run(config, FACTS)
+    for plan, why in ((short, "epoch this short"), (workers, "several workers"),
+                      (shards, "synthetic images")):
+        assert plan.jit_compile == "auto" and "Keras's 'auto'" in plan.xla_reason
+        assert why in plan.xla_reason
+    with pytest.raises(InvalidArgumentError, match="jit_compile"):
+        RunConfig("s", jit_compile="yes")
 
 
 def test_a_batched_dataset_keeps_its_batch_and_a_held_out_fraction_is_named():

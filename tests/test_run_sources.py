@@ -128,9 +128,45 @@ def test_the_trial_times_the_users_model_on_its_own_batches_and_is_kept(tf, tmp_
     assert set(run.steps_per_execution_trial) == {1, 4, 16}
     # the trial's choice (1, 4 or 16) lowered to divide the epoch's 170 steps
     assert model.steps_per_execution in (1, 2, 10)
+    # then XLA, timed at that steps_per_execution: both rates, the choice compiled
+    assert set(run.xla_trial) == {False, True} and isinstance(run.plan.jit_compile, bool)
+    assert model.jit_compile == run.plan.jit_compile
+    assert "examples/s with XLA" in run.describe()
     again = tfopt.Run((x, y), batch_size=8, workdir=tmp_path / "run", seed=0)
-    compile_and_fit(again, epochs=1)
+    again_model, _ = compile_and_fit(again, epochs=1)
     assert again.plan.spe_source.value == "cached"
+    assert again.plan.jit_compile == run.plan.jit_compile == again_model.jit_compile
+    assert "from the workdir" in again.plan.xla_reason
+
+
+def test_xla_stays_off_for_layers_it_cannot_compile_and_batches_that_change_shape(tf):
+    import tfopt
+
+    x, y = signal(170 * 8)
+
+    def with_lookup():
+        inputs = keras.Input((6,))
+        codes = keras.layers.IntegerLookup(vocabulary=[0, 1], name="codes")(
+            keras.layers.Lambda(lambda v: keras.ops.cast(v > 0.5, "int64"))(inputs))
+        joined = keras.layers.Concatenate()([inputs, keras.ops.cast(codes, "float32")])
+        return keras.Model(inputs, keras.layers.Dense(2)(joined))
+
+    blocked = tfopt.Run((x, y), batch_size=8, steps_per_execution=1)
+    compile_and_fit(blocked, epochs=1, model_fn=with_lookup)
+    assert blocked.plan.jit_compile is False and "'codes'" in blocked.plan.xla_reason
+    # sequences padded per batch: a shape for each length, so XLA would compile each
+    lengths = np.arange(170 * 8) // 8 % 5 + 1  # each batch of 8 its own length
+    sequences = tf.data.Dataset.from_tensor_slices(lengths).map(
+        lambda n: (tf.ones([n, 6]), n % 2)).padded_batch(8)
+    varying = tfopt.Run(sequences, validation=None, steps_per_execution=1)
+
+    def pooled():
+        inputs = keras.Input((None, 6))
+        pooled = keras.layers.GlobalAveragePooling1D()(inputs)
+        return keras.Model(inputs, keras.layers.Dense(2)(pooled))
+
+    compile_and_fit(varying, epochs=1, model_fn=pooled)
+    assert varying.plan.jit_compile is False and "x axis 1" in varying.plan.xla_reason
 
 
 class Interrupt(Exception):

@@ -47,6 +47,7 @@ _LAZY_EXPORTS = {
     "backup_callbacks": "tfopt.train.backup",
     "fuse_batch_norm": "tfopt.train.fused_batch_norm",
     "keras_objects": "tfopt.train.saving",  # for keras.models.load_model
+    "model_flops": "tfopt.train.flops",
     # distribute and tune
     "select_strategy": "tfopt.distribute.strategy",
     "launch_workers": "tfopt.distribute.launch",

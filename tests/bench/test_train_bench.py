@@ -42,12 +42,16 @@ def test_both_methods_alternate_with_rates_ratios_and_accuracies(shards, float32
             assert all(examples > 0 for examples in run.epoch_examples)
             assert len(run.input_bound_percent) == 2
             assert 0.0 <= run.val_accuracy <= 1.0
+            # model FLOPs utilisation: a share of this CPU's peak, from its own flags
+            assert len(run.mfu) == 2 and all(0 < value < 1 for value in run.mfu)
         assert result.median() > 0 and result.median("first_epoch_rate") > 0
     assert report.results["baseline"].policy == "float32"
     assert report.results["baseline"].steps_per_execution == 1
     assert report.results["tfopt"].policy == "mixed_bfloat16"
     assert report.results["tfopt"].steps_per_execution == 2
     assert report.eval_split == "validation"
+    assert report.peak is not None and "MFU after epoch 1: baseline" in report.describe()
+    assert report.to_json()["peak"]["per_second"]["float32"] == report.peak.for_dtype("float32")
     assert report.tfopt_cached and report.notes == ()  # whole epochs: the cache serves epoch 2
 
     data = json.loads(json.dumps(report.to_json()))

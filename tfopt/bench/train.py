@@ -39,6 +39,7 @@ from tfopt.data.plan import CacheMode
 from tfopt.data.plan_types import pass_records
 from tfopt.data.source import PipelineSource
 from tfopt.errors import InvalidArgumentError, MissingSplitError
+from tfopt.gpu.peak import PeakFlops
 from tfopt.models import (
     DEFAULT_IMAGE_SIZE,
     LEARNING_RATE,
@@ -141,6 +142,7 @@ class RunResult:
         val_accuracy: Accuracy on the evaluation split after the last epoch (NaN when not
             evaluated, as in the sweep).
         val_loss: Loss on the evaluation split after the last epoch.
+        mfu: Model FLOPs utilisation of each epoch (empty without a peak for the device).
     """
 
     epoch_rates: tuple[float, ...]
@@ -149,6 +151,7 @@ class RunResult:
     input_bound_percent: tuple[float, ...]
     val_accuracy: float
     val_loss: float
+    mfu: tuple[float, ...] = ()
 
     @property
     def steady_rate(self) -> float:
@@ -165,6 +168,12 @@ class RunResult:
     @property
     def steady_input_bound(self) -> float:
         later = self.input_bound_percent[1:] or self.input_bound_percent
+        return statistics.fmean(later) if later else math.nan
+
+    @property
+    def steady_mfu(self) -> float:
+        """Mean MFU of the epochs after the first (the first alone if there is one)."""
+        later = self.mfu[1:] or self.mfu
         return statistics.fmean(later) if later else math.nan
 
     def to_json(self) -> dict:
@@ -195,7 +204,7 @@ class MethodResult:
 
     def median(self, what: str = "steady_rate") -> float:
         """Median over the runs of ``steady_rate``, ``overall_rate``, ``first_epoch_rate``,
-        ``val_accuracy`` or ``steady_input_bound``."""
+        ``val_accuracy``, ``steady_input_bound`` or ``steady_mfu``."""
         return statistics.median(self._values(what))
 
     def spread(self, what: str = "steady_rate") -> tuple[float, float]:
@@ -215,7 +224,7 @@ class MethodResult:
             "batch_norm": self.batch_norm,
             **{what: _median_spread(self._values(what))
                for what in ("steady_rate", "first_epoch_rate", "overall_rate",
-                            "steady_input_bound", "val_accuracy")},
+                            "steady_input_bound", "val_accuracy", "steady_mfu")},
             "runs": [run.to_json() for run in self.runs],
         }
 
@@ -239,6 +248,8 @@ class TrainBenchReport:
         tfopt_cached: tfopt's pipeline had a cache in the comparison (filled in its first
             epoch). Defaults to True.
         notes: What the runs did otherwise than asked, and why. Defaults to ().
+        peak: The device's peak FLOPs the MFU is of; None where there is none (a GPU: no
+            table yet).
     """
 
     settings: TrainBenchSettings
@@ -253,6 +264,7 @@ class TrainBenchReport:
     load_average: float
     tfopt_cached: bool = True
     notes: tuple[str, ...] = ()
+    peak: PeakFlops | None = None
 
     def ratio(self, what: str = "steady_rate") -> float:
         """tfopt's median over the baseline's for ``what`` (see :meth:`MethodResult.median`)."""
@@ -275,6 +287,9 @@ class TrainBenchReport:
             "pipeline_choices": self.pipeline_choices,
             "sweep": {str(k): v for k, v in self.sweep.items()},
             "notes": list(self.notes),
+            "peak": None if self.peak is None else {
+                "device": self.peak.device, "per_second": dict(self.peak.per_second),
+                "basis": self.peak.basis},
         }
 
     def describe(self) -> str:
@@ -311,6 +326,11 @@ class TrainBenchReport:
             lines.append(f"{name}: policy {result.policy}, steps_per_execution "
                          f"{result.steps_per_execution}, batch norm {result.batch_norm}, "
                          f"{result.pipeline}")
+        if self.peak is not None:
+            mfu = ", ".join(f"{name} {_percent(100 * result.median('steady_mfu'), 2)}"
+                            for name, result in self.results.items())
+            lines.append(f"MFU {steady_label.strip()}: {mfu} of the peak of {self.peak.device}"
+                         f" in each method's compute dtype ({self.peak.basis})")
         lines.append(f"policy: {self.policy_reason}")
         if self.spe_trial:
             trial = ", ".join(f"{k}: {v:.1f}" for k, v in self.spe_trial.items())
@@ -348,6 +368,7 @@ class _Context:
     steps_per_execution: int
     evaluation: tf.data.Dataset
     source: PipelineSource  # what the baseline reads
+    peak: PeakFlops | None  # the MFU's, as tfopt's Run takes it
 
 
 def _tfopt_run(settings: TrainBenchSettings, batch_size: int, epochs: int, policy: str,
@@ -422,6 +443,7 @@ def _train_once(ctx: _Context, method: str, batch_size: int, epochs: int,
             accuracy, loss = float(scores["accuracy"]), float(scores["loss"])
     _clear_session()
     stalls = tuple(float(v) for v in history.history.get("input_bound_percent", []))
+    mfu = tuple(float(v) for v in history.history.get("mfu", []))
     return RunResult(
         epoch_rates=tuple(e / s for e, s in zip(clock.examples, clock.seconds, strict=True)),
         epoch_examples=tuple(clock.examples),
@@ -429,6 +451,7 @@ def _train_once(ctx: _Context, method: str, batch_size: int, epochs: int,
         input_bound_percent=stalls,
         val_accuracy=accuracy,
         val_loss=loss,
+        mfu=mfu,
     ), uncached
 
 
@@ -446,7 +469,8 @@ def _baseline_fit(ctx: _Context, batch_size: int, epochs: int):
         model = build_model(settings.model, settings.image_size, ctx.classes)
         compile_model(model, steps_per_execution=1, metrics=["accuracy"])
         history = model.fit(probe.instrument(dataset), epochs=epochs, verbose=0,
-                            callbacks=[*training_callbacks(batch_size, probe, gpu=False), clock])
+                            callbacks=[*training_callbacks(batch_size, probe, gpu=False,
+                                                           peak=ctx.peak), clock])
     return history, clock, model
 
 
@@ -498,6 +522,7 @@ def run_train_bench(settings: TrainBenchSettings,
                        settings.source)
 
     policy, reason = first.plan.policy, first.plan.policy_reason
+    peak = first.peak  # MFU's denominator, the Run's
     say(f"tfopt policy {policy}: {reason}")
 
     trial: dict[int, float] = {}
@@ -522,7 +547,8 @@ def run_train_bench(settings: TrainBenchSettings,
                 + f"; chosen {spe}")
     del first
 
-    ctx = _Context(settings, classes, policy, spe, eval_builder.build(), source)
+    ctx = _Context(settings, classes, policy, spe, eval_builder.build(), source,
+                   peak)
     runs: dict[str, list[RunResult]] = {method: [] for method in METHODS}
     for repeat in range(settings.repeats):
         for method in METHODS:
@@ -568,4 +594,5 @@ def run_train_bench(settings: TrainBenchSettings,
     examples = runs["baseline"][0].epoch_examples[-1]
     return TrainBenchReport(settings, results, reason, trial, train_pipeline.choices.describe(),
                             sweep, examples, eval_split, usable_cores(), load,
-                            train_pipeline.plan.cache is not CacheMode.NONE, tuple(notes))
+                            train_pipeline.plan.cache is not CacheMode.NONE, tuple(notes),
+                            peak)

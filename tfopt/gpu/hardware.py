@@ -36,11 +36,19 @@ class CpuFeatures:
         model: The CPU model name from /proc/cpuinfo; None when unknown.
         machine: The architecture, e.g. "x86_64" or "aarch64".
         flags: The feature flags of the first CPU (x86 "flags", Arm "Features").
+        vendor: "GenuineIntel", "AuthenticAMD", ...; None when unknown.
+        family: The x86 CPU family number (AMD's 25 is Zen 3 and 4, 26 Zen 5); None when
+            unknown.
+        clock_mhz: The highest clock the kernel reports (cpufreq's maximum, else the "cpu MHz"
+            line); None when unknown.
     """
 
     model: str | None
     machine: str
     flags: frozenset[str]
+    vendor: str | None = None
+    family: int | None = None
+    clock_mhz: float | None = None
 
     @property
     def avx512f(self) -> bool:
@@ -89,21 +97,41 @@ def cpu_features(cpuinfo_path: str = CPUINFO_PATH) -> CpuFeatures:
         >>> cpu_features().amx_bf16
         False
     """
-    model, flags = None, frozenset()
+    first: dict[str, str] = {}
     try:
         with open(cpuinfo_path, encoding="utf-8", errors="replace") as file:
             for line in file:
                 key, _, value = line.partition(":")
                 key = key.strip().lower()
-                if key == "model name" and model is None:
-                    model = value.strip()
-                elif key in ("flags", "features") and not flags:
-                    flags = frozenset(value.split())
-                if model is not None and flags:
-                    break  # every core repeats the same lines
+                if key == "processor" and first:
+                    break  # every core repeats the first one's lines
+                first.setdefault(key, value.strip())
     except OSError as error:
         logger.debug("cannot read %s: %s", cpuinfo_path, error)
-    return CpuFeatures(model=model, machine=platform.machine(), flags=flags)
+    flags = first.get("flags") or first.get("features") or ""
+    return CpuFeatures(model=first.get("model name"), machine=platform.machine(),
+                       flags=frozenset(flags.split()), vendor=first.get("vendor_id"),
+                       family=_number(first.get("cpu family"), int),
+                       clock_mhz=_max_clock_mhz() or _number(first.get("cpu mhz"), float))
+
+
+CPUFREQ_MAX_PATH = "/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"
+
+
+def _number(text: str | None, kind):
+    try:
+        return kind(text) if text else None
+    except ValueError:
+        return None
+
+
+def _max_clock_mhz() -> float | None:
+    """cpufreq's highest clock of the first core (kHz in the file); None in most VMs."""
+    try:
+        with open(CPUFREQ_MAX_PATH, encoding="ascii") as file:
+            return int(file.read().strip()) / 1000
+    except (OSError, ValueError):
+        return None
 
 
 @dataclasses.dataclass(frozen=True)

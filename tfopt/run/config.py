@@ -56,6 +56,9 @@ class RunConfig:
             :class:`~tfopt.distribute.strategy.StrategyPlan`. Defaults to "auto".
         steps_per_execution: "auto" (a trial, when an epoch is long enough to pay for it;
             cached in ``workdir``) or a number of steps per compiled call. Defaults to "auto".
+        jit_compile: "auto" (XLA tried at compile on the user's batches, beside the
+            steps_per_execution trial, and kept only where it is faster; cached in
+            ``workdir``), True or False (Keras's ``jit_compile``). Defaults to "auto".
         effective_batch_size: Examples per optimizer update over all replicas, a multiple of
             the global batch: gradients are accumulated over the micro-batches in between.
             Defaults to None (one update per step).
@@ -93,6 +96,7 @@ class RunConfig:
     precision: str = AUTO
     strategy: object = AUTO
     steps_per_execution: int | str = AUTO
+    jit_compile: bool | str = AUTO
     effective_batch_size: int | None = None
     cache: bool | str = AUTO
     augment: bool | str = AUTO
@@ -133,6 +137,8 @@ class RunConfig:
         if self.steps_per_execution != AUTO:
             set_field("steps_per_execution", whole_number(
                 self.steps_per_execution, "steps_per_execution", 1, "'auto' or an int >= 1"))
+        if not (is_bool(self.jit_compile) or self.jit_compile == AUTO):
+            raise fail("jit_compile", self.jit_compile, "'auto', True or False")
         set_field("effective_batch_size", optional_whole_number(
             self.effective_batch_size, "effective_batch_size", 1))
         if not (is_bool(self.cache) or isinstance(self.cache, (str, os.PathLike))):

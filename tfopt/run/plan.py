@@ -56,6 +56,10 @@ class RunFacts:
         epoch_is_pass: An epoch is one pass of the data, as ``model.fit`` makes it (arrays, a
             DataFrame, a dataset of known length), so it must end where the pass ends; False
             for shards, whose epoch is a count of steps of one shuffled stream.
+        variable_axes: Where the training batches' shape may change from batch to batch
+            (:func:`tfopt.tune.xla.variable_axes`); () when it cannot.
+        cached_jit_compile: An earlier XLA trial's choice for the same model, batch, policy
+            and steps_per_execution, read from the workdir; None when there is none.
     """
 
     replicas: int
@@ -74,6 +78,8 @@ class RunFacts:
     keeps_batches: bool = False
     validation_reason: str | None = None
     epoch_is_pass: bool = False
+    variable_axes: tuple[str, ...] = ()
+    cached_jit_compile: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +98,8 @@ class RunPlan:
     steps_per_execution: int | None  # None: run.compile times the trial
     spe_source: SpeSource
     spe_reason: str
+    jit_compile: bool | str | None  # None: run.compile times XLA; "auto": Keras's own rule
+    xla_reason: str
     validation: bool
     validation_reason: str
     backups: bool
@@ -187,6 +195,32 @@ def _wanted_steps_per_execution(config: RunConfig,
     return None, SpeSource.TRIAL, "timed by a trial at compile (1, 4 and 16 steps per call)"
 
 
+KERAS_AUTO_XLA = ("Keras's 'auto': XLA on a GPU without a strategy where every layer "
+                  "supports it, else off")
+
+
+def _jit_compile(config: RunConfig, facts: RunFacts) -> tuple[bool | str | None, str]:
+    if config.jit_compile != AUTO:
+        return config.jit_compile, "given"
+    if facts.variable_axes:
+        shown = ", ".join(facts.variable_axes[:3])
+        return False, (f"off: the batches change shape ({shown}), and XLA compiles a step "
+                       "for each shape it meets")
+    if facts.cached_jit_compile is not None:
+        return facts.cached_jit_compile, ("an earlier trial's choice for this model, batch, "
+                                          "policy and steps per call (from the workdir)")
+    if facts.workers > 1:
+        return AUTO, (f"untried, {KERAS_AUTO_XLA}: a trial under several workers would time "
+                      "collective steps on each, and the workers could choose differently")
+    if not facts.epoch_is_pass:
+        return AUTO, (f"untried, {KERAS_AUTO_XLA}: the trial times the user's own batches, "
+                      "and shards' trial feeds synthetic images")
+    if facts.steps_per_epoch is None or facts.steps_per_epoch < facts.trial_steps:
+        return AUTO, (f"untried, {KERAS_AUTO_XLA}: no trial pays for itself in an epoch "
+                      "this short")
+    return None, "timed by a trial at compile, with and without XLA"
+
+
 def plan_run(config: RunConfig, facts: RunFacts) -> RunPlan:
     """Decide every choice of a run from its config and the facts.
 
@@ -200,6 +234,7 @@ def plan_run(config: RunConfig, facts: RunFacts) -> RunPlan:
     batch_norm, batch_norm_reason = _batch_norm(config, facts)
     accumulation, accumulation_reason = _accumulation(config, global_batch)
     spe, spe_source, spe_reason = _steps_per_execution(config, facts)
+    jit_compile, xla_reason = _jit_compile(config, facts)
     if config.validation is None:
         validation, validation_reason = False, "none asked (validation=None)"
     elif facts.validation_reason is not None:
@@ -225,6 +260,8 @@ def plan_run(config: RunConfig, facts: RunFacts) -> RunPlan:
         steps_per_execution=spe,
         spe_source=spe_source,
         spe_reason=spe_reason,
+        jit_compile=jit_compile,
+        xla_reason=xla_reason,
         validation=validation,
         validation_reason=validation_reason,
         backups=config.workdir is not None,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 from pathlib import Path
 
@@ -21,12 +22,15 @@ import tensorflow as tf
 
 from tfopt._internals.keras_model import initial_epoch
 from tfopt._internals.tf_runtime import op_determinism_enabled
+from tfopt._system import usable_cores
 from tfopt.data.augment.layer import Augment
 from tfopt.data.inputs import is_in_memory_or_dataset
 from tfopt.data.pipeline import PipelineBuilder
 from tfopt.distribute.cluster import cluster_info
 from tfopt.distribute.strategy import StrategyPlan, plan_strategy, select_strategy
 from tfopt.errors import InvalidArgumentError
+from tfopt.gpu.hardware import cpu_features
+from tfopt.gpu.peak import cpu_peak
 from tfopt.records.format.layout import resolve_dataset
 from tfopt.records.format.tfrecord import tf_compression_type
 from tfopt.run.config import AUTO, BatchNorm, RunConfig
@@ -34,9 +38,12 @@ from tfopt.run.plan import RunFacts, RunPlan, SpeSource, divide_epoch, plan_run
 from tfopt.run.training_data import DatasetData, MemoryData, training_data
 from tfopt.run.workdir import (
     HISTORY_FILE,
+    XlaChoice,
     read_spe_choice,
+    read_xla_choice,
     resume_epoch,
     write_spe_choice,
+    write_xla_choice,
 )
 from tfopt.train.accumulation import configure_accumulation
 from tfopt.train.backup import BACKUP_FOLDER, backup_callbacks
@@ -66,6 +73,7 @@ from tfopt.tune.steps_per_execution import (
     tune_steps_per_execution,
     tune_steps_per_execution_on,
 )
+from tfopt.tune.xla import trial_xla, variable_axes, xla_blockers
 
 logger = logging.getLogger("tfopt")
 
@@ -164,6 +172,10 @@ class Run:
                   else PolicyChoice(config.precision, "given"))
         global_batch = config.per_replica_batch * replicas
         cluster = cluster_info()
+        # MFU's denominator: this machine's CPU (no GPU table yet), one worker's only, as
+        # the workers of a cluster may share cores or differ in them
+        self._peak = (cpu_peak(cpu_features(), usable_cores())
+                      if not self._gpus and cluster.workers == 1 else None)
         self._data: MemoryData | DatasetData | None = None
         self._train_builder: PipelineBuilder | None = None
         if is_in_memory_or_dataset(source):
@@ -229,6 +241,8 @@ class Run:
         self._validation = None
         self._classes: int | None = None
         self._spe_trial: dict[int, float] = {}
+        self._xla_trial: dict[bool, float] = {}
+        self._held_trial_batches: tuple | None = None  # (model, its trial batches)
         self._precision_warnings: list[str] = []
         self._precision_changes: list[str] = []
         self._policy_trial: dict[str, float] = {}
@@ -265,6 +279,12 @@ class Run:
     def _shown_source(self) -> str:
         return (self._data.input.facts.shown if self._data is not None
                 else str(self.config.source))
+
+    @property
+    def peak(self):
+        """The :class:`~tfopt.gpu.peak.PeakFlops` the ``mfu`` in the history is of (None: no
+        MFU, ``describe()`` says why)."""
+        return self._peak
 
     @property
     def probe(self) -> InputProbe | None:
@@ -316,6 +336,12 @@ class Run:
     def steps_per_execution_trial(self) -> dict[int, float]:
         """The trial's examples/s per candidate (empty when none ran in this process)."""
         return dict(self._spe_trial)
+
+    @property
+    def xla_trial(self) -> dict[bool, float]:
+        """The XLA trial's examples/s without (False) and with (True) XLA (empty when none
+        ran, or one was read from the workdir without its rates)."""
+        return dict(self._xla_trial)
 
     @property
     def precision_warnings(self) -> list[str]:
@@ -377,14 +403,24 @@ class Run:
             f"batch norm   {plan.batch_norm.value}: {plan.batch_norm_reason}",
             f"accumulation {plan.accumulation_reason}",
             f"steps/call   {spe}: {plan.spe_reason}",
+            f"xla          {_xla_state(plan.jit_compile)}: {plan.xla_reason}",
             f"validation   {plan.validation_reason}",
             *([f"cache        {CACHE_ONE_PASS}"] if self._cache_may_go() else []),
+            f"mfu          {self._mfu_line()}",
             f"workdir      {workdir}",
             f"backups      {backups}",
             f"resume       {resume}",
             *self._data_lines(),
         ]
         return "\n".join(lines)
+
+    def _mfu_line(self) -> str:
+        if self._peak is not None:
+            return ("the model's FLOPs counted at fit, over the CPU's peak from its own flags "
+                    "and clock (run.peak has the figures and their basis; history.csv's mfu)")
+        if self._gpus:
+            return "none: no table of GPU peaks yet"
+        return "none: the workers of a cluster may share cores or differ in them"
 
     def _data_lines(self) -> list[str]:
         if self._data is None:
@@ -463,6 +499,10 @@ class Run:
             raise InvalidArgumentError(
                 "compile(steps_per_execution=...): give it to the Run "
                 "(tfopt.Run(..., steps_per_execution=N)); 'auto' tunes it")
+        if "jit_compile" in compile_options:
+            raise InvalidArgumentError(
+                "compile(jit_compile=...): give it to the Run (tfopt.Run(..., "
+                "jit_compile=True)); 'auto' times the model with and without XLA")
         if isinstance(self._data, MemoryData):
             self._data.check(model)  # a DataFrame's columns this model cannot take: refused now
         with self._entered():
@@ -481,8 +521,10 @@ class Run:
                                                     compile_options)
             if self.steps_per_epoch is not None and spe > self.steps_per_epoch:
                 spe = self.steps_per_epoch  # a call longer than an epoch would run past it
+            jit = self._resolve_jit_compile(model, spe, optimizer, loss, metrics,
+                                            compile_options)
             model.compile(optimizer=optimizer, loss=loss, metrics=metrics,
-                          steps_per_execution=spe, **compile_options)
+                          steps_per_execution=spe, jit_compile=jit, **compile_options)
             self._compiled_spe = spe
             self._precision_warnings = check_model_precision(model)
         return model
@@ -494,9 +536,10 @@ class Run:
         ``history.csv`` hold every measurement)."""
         if self._probe is not None:
             callbacks = training_callbacks(self.plan.global_batch, self._probe,
-                                           gpu=self._gpus > 0, pipeline=self._train_in_use)
+                                           gpu=self._gpus > 0, pipeline=self._train_in_use,
+                                           peak=self._peak)
         else:  # op determinism: no probe, so no input-stall figures to give
-            callbacks = [ThroughputCallback(self.plan.global_batch),
+            callbacks = [ThroughputCallback(self.plan.global_batch, peak=self._peak),
                          *([GpuStatsCallback()] if self._gpus else [])]
         workdir = self.config.workdir
         if workdir is None:
@@ -715,13 +758,7 @@ class Run:
             self._replan(cached_steps_per_execution=cached.value)
             return self.plan.steps_per_execution
 
-        def clone(policy=None):
-            copy = keras.models.clone_model(model)
-            if policy is not None and policy != self.plan.policy:
-                compute_in(copy, policy)
-            self._rewrite_batch_norm(copy)
-            return copy
-
+        clone = functools.partial(self._clone, model)
         policy = policy_rates = None
         if self._data is None:
             spe, rates = tune_steps_per_execution(clone, self.plan.global_batch,
@@ -730,9 +767,8 @@ class Run:
                                                   seed=self.config.seed or 0)
         else:
             def compile_clone(copy, steps_per_execution):
-                copy.compile(optimizer=_fresh(optimizer), loss=_fresh(loss),
-                             metrics=_fresh(metrics), steps_per_execution=steps_per_execution,
-                             **(compile_options or {}))
+                _compile_copy(copy, steps_per_execution, False, optimizer, loss, metrics,
+                              compile_options)
 
             if self._trial_precision():
                 # the policy the machine suggests against float32, on this model and data
@@ -755,6 +791,62 @@ class Run:
         spe, _, reason = divide_epoch(spe, SpeSource.TRIAL, reason, self._facts)
         self.plan = _with_trial(self.plan, spe, reason)
         return spe
+
+    def _clone(self, model, policy=None):
+        """A copy of ``model`` for a trial: new weights, the run's policy (or ``policy``), its
+        batch norm rewritten as the run's."""
+        copy = keras.models.clone_model(model)
+        if policy is not None and policy != self.plan.policy:
+            compute_in(copy, policy)
+        self._rewrite_batch_norm(copy)
+        return copy
+
+    def _resolve_jit_compile(self, model, spe: int, optimizer, loss, metrics,
+                             compile_options) -> bool | str:
+        """The plan's ``jit_compile``; where it asks for a trial: off for a model with layers
+        XLA cannot compile or batches that change shape, else a cached trial's choice for this
+        model, else :func:`~tfopt.tune.xla.trial_xla` on clones, kept."""
+        if self.plan.jit_compile is not None:
+            return self.plan.jit_compile
+        blockers = xla_blockers(model)
+        if blockers:
+            shown = ", ".join(repr(name) for name in blockers[:3]) + (
+                f" and {len(blockers) - 3} more" if len(blockers) > 3 else "")
+            return self._decide_xla(False, (
+                f"off: layers XLA cannot compile ({shown}); Keras compiles such a model "
+                "without XLA whatever is asked"))
+        batches = self._trial_batches(model)
+        axes = variable_axes(batches.element_spec)
+        if axes and len(_batch_shapes(batches)) > 1:
+            self._replan(variable_axes=tuple(axes))
+            return self.plan.jit_compile
+        key = {**self._spe_key(model), "steps_per_execution": spe}
+        cached = read_xla_choice(self.config.workdir, key)
+        if cached is not None:
+            self._xla_trial = cached.rates
+            return self._decide_xla(cached.chosen, f"{cached.reason} (an earlier trial's, from "
+                                    "the workdir)")
+        steps = self.steps_per_epoch
+        epoch_examples = (steps * self.plan.global_batch
+                          if steps is not None and self.plan.global_batch else None)
+        trial = trial_xla(functools.partial(self._clone, model),
+                          functools.partial(_compile_copy, optimizer=optimizer, loss=loss,
+                                            metrics=metrics, compile_options=compile_options),
+                          batches, spe, policy=self.plan.policy,
+                          epoch_examples=epoch_examples)
+        reason = trial.reason
+        if trial.rates:
+            reason += (f" (examples/s with XLA {trial.rates[True]:.1f}, without "
+                       f"{trial.rates[False]:.1f}: run.xla_trial)")
+        self._xla_trial = dict(trial.rates)
+        if self.config.workdir is not None and self._facts.chief:
+            write_xla_choice(self.config.workdir, key,
+                             XlaChoice(trial.chosen, reason, dict(trial.rates)))
+        return self._decide_xla(trial.chosen, reason)
+
+    def _decide_xla(self, chosen: bool, reason: str) -> bool:
+        self.plan = dataclasses.replace(self.plan, jit_compile=chosen, xla_reason=reason)
+        return chosen
 
     def _trial_precision(self) -> bool:
         """Whether the trial times the policy too: an automatic choice of a half-precision
@@ -797,15 +889,38 @@ class Run:
             "gain to be kept (run.precision_trial has the rates)"))
 
     def _trial_batches(self, model) -> tf.data.Dataset:
-        """A few real batches of the training data for the trial (read once, held in memory)."""
+        """A few real batches of the training data for the trials (read once for this model,
+        held in memory: each read of a dataset opens an iterator, which draws its shuffles'
+        seeds)."""
         count = 4
+        held = self._held_trial_batches
+        if held is not None and held[0] is model:
+            return held[1]
         if isinstance(self._data, MemoryData):
-            return self._data.trial_batches(model, self.plan.global_batch, count)
-        return self._data.trial_batches(self.plan.global_batch, count)
+            batches = self._data.trial_batches(model, self.plan.global_batch, count)
+        else:
+            batches = self._data.trial_batches(self.plan.global_batch, count)
+        batches = batches.cache()
+        self._held_trial_batches = (model, batches)
+        return batches
 
     def _replan(self, **facts) -> None:
         self._facts = dataclasses.replace(self._facts, **facts)
         self.plan = plan_run(self.config, self._facts)
+
+
+def _compile_copy(copy, steps_per_execution: int, jit_compile: bool, optimizer=None, loss=None,
+                  metrics=None, compile_options=None) -> None:
+    """Compile a trial's copy of the model as the user compiles it (fresh optimizer, loss and
+    metric objects: a copy must not share the user's state)."""
+    copy.compile(optimizer=_fresh(optimizer), loss=_fresh(loss), metrics=_fresh(metrics),
+                 steps_per_execution=steps_per_execution, jit_compile=jit_compile,
+                 **(compile_options or {}))
+
+
+def _batch_shapes(batches) -> set:
+    """The distinct shapes of ``batches``' elements (each as a tuple of its parts' shapes)."""
+    return {tuple(tuple(part.shape) for part in tf.nest.flatten(batch)) for batch in batches}
 
 
 def _fresh(value):
@@ -819,6 +934,11 @@ def _fresh(value):
     if get_config is None or isinstance(value, str):
         return value
     return type(value).from_config(get_config())
+
+
+def _xla_state(jit_compile) -> str:
+    return {None: "timed by a trial at compile", True: "on", False: "off"}.get(
+        jit_compile, "auto")
 
 
 def _with_trial(plan: RunPlan, spe: int, reason: str) -> RunPlan:

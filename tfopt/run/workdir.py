@@ -22,11 +22,12 @@ from tfopt.train.backup_store import BackupStore, StoreError
 
 logger = logging.getLogger("tfopt")
 
-__all__ = ["HISTORY_FILE", "SPE_FILE", "SpeChoice", "read_spe_choice", "resume_epoch",
-           "write_spe_choice"]
+__all__ = ["HISTORY_FILE", "SPE_FILE", "XLA_FILE", "SpeChoice", "XlaChoice", "read_spe_choice",
+           "read_xla_choice", "resume_epoch", "write_spe_choice", "write_xla_choice"]
 
 HISTORY_FILE = "history.csv"
 SPE_FILE = "steps_per_execution.json"
+XLA_FILE = "xla_trial.json"
 
 
 def resume_epoch(workdir: Path | None, copy_to=None) -> tuple[int, str | None]:
@@ -119,3 +120,46 @@ def write_spe_choice(workdir: Path, key: dict, value: int, rates: dict[int, floa
     if policy is not None:
         data.update(policy=policy, policy_rates=dict(policy_rates or {}))
     atomic_write_bytes(Path(workdir) / SPE_FILE, (json.dumps(data, indent=2) + "\n").encode())
+
+
+class XlaChoice(NamedTuple):
+    """An XLA trial's record: whether XLA was kept, why, and the rates without and with it."""
+
+    chosen: bool
+    reason: str
+    rates: dict[bool, float]
+
+
+def read_xla_choice(workdir: Path | None, key: dict) -> XlaChoice | None:
+    """The XLA trial's choice cached for ``key`` (model, batch, policy, steps per call), or
+    None; a record of another key, or not one :func:`write_xla_choice` writes, is ignored."""
+    if workdir is None:
+        return None
+    path = Path(workdir) / XLA_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, RecursionError) as error:
+        logger.info("%s: unreadable (%s); the XLA trial runs again", path, error)
+        return None
+    if not isinstance(data, dict) or data.get("key") != key:
+        return None
+    chosen, reason, rates = data.get("chosen"), data.get("reason"), data.get("rates")
+    if type(chosen) is not bool or not isinstance(reason, str) or not isinstance(rates, dict):
+        logger.info("%s: not an XLA trial record; the trial runs again", path)
+        return None
+    try:
+        rates = {{"true": True, "false": False}[k]: float(v) for k, v in rates.items()}
+    except (KeyError, TypeError, ValueError):
+        logger.info("%s: not an XLA trial record; the trial runs again", path)
+        return None
+    return XlaChoice(chosen, reason, rates)
+
+
+def write_xla_choice(workdir: Path, key: dict, choice: XlaChoice) -> None:
+    """Keep the XLA trial's choice for a rerun of the same model (written atomically)."""
+    Path(workdir).mkdir(parents=True, exist_ok=True)
+    data = {"key": key, "chosen": choice.chosen, "reason": choice.reason,
+            "rates": {str(k).lower(): v for k, v in choice.rates.items()}}
+    atomic_write_bytes(Path(workdir) / XLA_FILE, (json.dumps(data, indent=2) + "\n").encode())

@@ -23,7 +23,10 @@ import keras
 import tensorflow as tf
 
 from tfopt._validate import optional_whole_number
+from tfopt.errors import InvalidArgumentError
+from tfopt.gpu.peak import PeakFlops
 from tfopt.gpu.sampler import GpuSampler, GpuStats
+from tfopt.train.flops import model_flops
 from tfopt.train.timing import (
     DEFAULT_WARMUP_STEPS,
     EpochStart,
@@ -131,12 +134,16 @@ class InputProbe:
 
 
 class ThroughputCallback(keras.callbacks.Callback):
-    """Logs examples/s and step time (median, p90) per epoch, warm-up excluded.
+    """Logs examples/s and step time (median, p90) per epoch, warm-up excluded, and with a
+    ``peak`` the model FLOPs utilisation.
 
     Logs keys: ``examples_per_second``, ``steps_per_second``, ``step_time_median`` and
-    ``step_time_p90`` (seconds per step). Examples/s spans the first counted call's begin to
-    the last one's end, so input waits and callback time between steps slow it, as they slow
-    training.
+    ``step_time_p90`` (seconds per step); with ``peak``, ``mfu``: the training FLOPs of the
+    examples each second (:func:`tfopt.model_flops`, 3 forward passes) over the peak of the
+    model's compute dtype. A model with layers the count does not know logs a lower bound
+    (the log names them); one it cannot count at all logs no ``mfu``. Examples/s spans the
+    first counted call's begin to the last one's end, so input waits and callback time between
+    steps slow it, as they slow training.
 
     Batch size: ``batch_size`` when given (the global batch); else the mean batch the
     :class:`InputProbe` saw by the end of the epoch; else unknown: one warning, and
@@ -146,6 +153,9 @@ class ThroughputCallback(keras.callbacks.Callback):
         batch_size: Global examples per step. Defaults to None: from ``probe``.
         probe: The InputProbe that instrumented the training dataset. Defaults to None.
         warmup_steps: Steps at the start of the first epoch left out. Defaults to 3.
+        peak: The device's :class:`~tfopt.gpu.peak.PeakFlops`. Defaults to None: no MFU.
+        flops_per_example: Training FLOPs of one example. Defaults to None: counted from the
+            model when training begins.
 
     Raises:
         InvalidArgumentError: batch_size < 1 or warmup_steps < 0.
@@ -156,14 +166,36 @@ class ThroughputCallback(keras.callbacks.Callback):
     """
 
     def __init__(self, batch_size: int | None = None, probe: InputProbe | None = None,
-                 warmup_steps: int = DEFAULT_WARMUP_STEPS):
+                 warmup_steps: int = DEFAULT_WARMUP_STEPS, peak: PeakFlops | None = None,
+                 flops_per_example: int | None = None):
         super().__init__()
         self.batch_size = optional_whole_number(
             batch_size, "batch_size", 1, "a positive integer (the global batch) or None")
         self.probe = probe
         self.timer = StepTimer(warmup_steps)
+        self.peak = peak
+        self.flops_per_example = flops_per_example
         self._begin_step: int | None = None
         self._warned = False
+
+    def on_train_begin(self, logs=None):
+        if self.peak is None or self.flops_per_example is not None:
+            return
+        try:
+            counted = model_flops(self.model)
+        except InvalidArgumentError as error:
+            logger.info("ThroughputCallback: no mfu: %s", error)
+            return
+        if counted.uncounted:
+            logger.info("ThroughputCallback: mfu is a lower bound: layers of a kind the "
+                           "FLOPs count does not know: %s", ", ".join(counted.uncounted))
+        self.flops_per_example = counted.training
+
+    def _mfu(self, examples_per_second: float) -> float | None:
+        if self.peak is None or not self.flops_per_example or math.isnan(examples_per_second):
+            return None
+        dtype = str(getattr(self.model.dtype_policy, "compute_dtype", "float32"))
+        return examples_per_second * self.flops_per_example / self.peak.for_dtype(dtype)
 
     def on_epoch_begin(self, epoch, logs=None):
         self.timer.start_epoch()
@@ -190,6 +222,9 @@ class ThroughputCallback(keras.callbacks.Callback):
                                "is NaN; pass batch_size= or probe=")
         else:
             values["examples_per_second"] = summary.steps_per_second * batch_size
+        mfu = self._mfu(values["examples_per_second"])
+        if mfu is not None:
+            values["mfu"] = mfu
         if logs is not None:
             logs.update(values)
         logger.info("epoch %d: %.1f examples/s, step time median %.2f ms, p90 %.2f ms",
@@ -479,6 +514,7 @@ def training_callbacks(
     warmup_steps: int = DEFAULT_WARMUP_STEPS,
     gpu_interval_s: float = 1.0,
     pipeline=None,
+    peak: PeakFlops | None = None,
 ) -> list:
     """The measuring callbacks in one list: throughput, input stall and (optionally) GPU stats.
 
@@ -490,6 +526,7 @@ def training_callbacks(
         gpu_interval_s: Seconds between GPU samples. Defaults to 1.0.
         pipeline: The PipelineBuilder of the training dataset, for the input-stall advice.
             Defaults to None.
+        peak: The device's peak FLOPs, for ``mfu``. Defaults to None: no MFU.
 
     Returns:
         A list to put before CSVLogger/TensorBoard in ``fit(callbacks=...)``. Keras's
@@ -500,7 +537,7 @@ def training_callbacks(
         >>> model.fit(probe.instrument(ds), callbacks=training_callbacks(probe=probe))
     """
     callbacks = [
-        ThroughputCallback(batch_size, probe, warmup_steps),
+        ThroughputCallback(batch_size, probe, warmup_steps, peak=peak),
         InputStallCallback(probe, warmup_steps, pipeline=pipeline),
     ]
     if gpu:

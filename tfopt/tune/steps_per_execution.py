@@ -29,9 +29,9 @@ from tfopt.errors import InvalidArgumentError
 from tfopt.models import compile_model
 from tfopt.train.callbacks import InputProbe
 
-__all__ = ["HALF_PRECISION_GAIN", "SPE_CANDIDATES", "EpochClock", "quiet_fit_warnings",
-           "time_candidates", "tune_precision_and_steps_on", "tune_steps_per_execution",
-           "tune_steps_per_execution_on"]
+__all__ = ["HALF_PRECISION_GAIN", "SPE_CANDIDATES", "EpochClock", "held_batches",
+           "quiet_fit_warnings", "time_candidates", "time_setups", "tune_precision_and_steps_on",
+           "tune_steps_per_execution", "tune_steps_per_execution_on"]
 
 SPE_CANDIDATES = (1, 4, 16)
 SPE_TRIAL_STEPS = 16  # steps per timed pass: a whole number of calls for every candidate
@@ -155,7 +155,7 @@ def tune_steps_per_execution_on(model_fn: Callable[[], keras.Model],
         tfopt.errors.InvalidArgumentError: No candidates, or no batch in ``batches``.
     """
     candidates = tuple(whole_number(c, "candidates", 1) for c in candidates)
-    return time_candidates(model_fn, compile_fn, _held(batches), candidates)
+    return time_candidates(model_fn, compile_fn, held_batches(batches), candidates)
 
 
 def tune_precision_and_steps_on(model_fn: Callable[[str], keras.Model],
@@ -186,7 +186,7 @@ def tune_precision_and_steps_on(model_fn: Callable[[str], keras.Model],
         raise InvalidArgumentError("policies, candidates: expected at least one of each")
     setups = {(policy, candidate): (functools.partial(model_fn, policy), candidate)
               for policy in policies for candidate in candidates}
-    rates = _time_setups(setups, compile_fn, _held(batches), _timed_pass_steps(candidates))
+    rates = time_setups(setups, compile_fn, held_batches(batches), _timed_pass_steps(candidates))
     best = {policy: max(rates[(policy, c)] for c in candidates) for policy in policies}
     policy = max(policies, key=best.__getitem__)
     if "float32" in best and policy != "float32" and (
@@ -195,7 +195,7 @@ def tune_precision_and_steps_on(model_fn: Callable[[str], keras.Model],
     return policy, _smallest_within({c: rates[(policy, c)] for c in candidates}), rates
 
 
-def _held(batches: tf.data.Dataset) -> tf.data.Dataset:
+def held_batches(batches: tf.data.Dataset) -> tf.data.Dataset:
     """``batches`` read once into memory, repeating (batches of another shape left out)."""
     held = [batch for batch in batches]  # one pass of the source: the trial then reads memory
     if not held:
@@ -213,7 +213,7 @@ def time_candidates(model_fn, compile_fn, dataset: tf.data.Dataset,
     alternating rounds on ``dataset`` (repeating batches); the median of each counts."""
     if not candidates:
         raise InvalidArgumentError("candidates=(): expected at least one, e.g. (1, 4, 16)")
-    rates = _time_setups({candidate: (model_fn, candidate) for candidate in candidates},
+    rates = time_setups({candidate: (model_fn, candidate) for candidate in candidates},
                          compile_fn, dataset, _timed_pass_steps(candidates))
     return _smallest_within(rates), rates
 
@@ -224,19 +224,25 @@ def _smallest_within(rates: dict[int, float]) -> int:
     return min(c for c, rate in rates.items() if rate >= (1 - SPE_TOLERANCE) * fastest)
 
 
-def _time_setups(setups: dict, compile_fn, dataset: tf.data.Dataset, steps: int) -> dict:
+def time_setups(setups: dict, compile_fn, dataset: tf.data.Dataset, steps: int,
+                warmups: dict | None = None) -> dict:
     """examples/s of each setup (key -> (make_model, steps_per_execution)): each compiled on a
-    fresh model and warmed up, then timed in alternating rounds; the median counts."""
+    fresh model and warmed up, then timed in alternating rounds; the median counts.
+    ``warmups``, where given, receives each setup's first call in seconds (tracing and
+    compiling included)."""
     trials = {}
     for key, (make_model, candidate) in setups.items():
         model = make_model()
         compile_fn(model, candidate)
         probe = InputProbe()
         clock = EpochClock(probe)
+        started = time.perf_counter()
         with quiet_fit_warnings():
             # one call traces and warms up; later fit() calls reuse the compiled function
             model.fit(probe.instrument(dataset), epochs=1, steps_per_epoch=candidate,
                       verbose=0)
+        if warmups is not None:
+            warmups[key] = time.perf_counter() - started
         trials[key] = (model, probe.instrument(dataset), clock)
     timed: dict = {key: [] for key in setups}
     for _ in range(SPE_TRIAL_ROUNDS):  # alternating rounds: load from elsewhere hits all alike

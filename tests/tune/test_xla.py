@@ -1,0 +1,61 @@
+"""XLA by trial: the layers that block it, batches that change shape, and a real trial on a
+small model (the losses compared, both rates measured, the rule applied)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+keras = pytest.importorskip("keras")
+
+
+def test_layers_that_cannot_compile_are_named(tf):
+    from tfopt.tune.xla import xla_blockers
+
+    inputs = keras.Input((1,), dtype="string")
+    lookup = keras.layers.StringLookup(vocabulary=["a", "b"], name="words")
+    model = keras.Model(inputs, keras.layers.Dense(2)(lookup(inputs)))
+    assert xla_blockers(model) == ["words"]
+    plain = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    assert xla_blockers(plain) == []
+
+
+def test_axes_of_unknown_size_ragged_and_sparse_parts_are_named(tf):
+    from tfopt.tune.xla import variable_axes
+
+    fixed = tf.data.Dataset.from_tensor_slices((np.zeros((8, 5)), np.zeros(8))).batch(4)
+    assert variable_axes(fixed.element_spec) == []
+    lengths = tf.data.Dataset.from_tensor_slices([1, 2, 3])
+    padded = lengths.map(lambda n: tf.range(n)).padded_batch(2)
+    assert variable_axes((padded.element_spec, tf.TensorSpec([None]))) == ["x axis 1"]
+    ragged = lengths.map(lambda n: tf.range(n)).ragged_batch(2).element_spec
+    named = {"tokens": ragged, "length": tf.TensorSpec([None])}
+    assert variable_axes((named, tf.TensorSpec([None]))) == ["x[tokens]: RaggedTensorSpec"]
+
+
+def test_a_trial_compares_the_losses_times_both_and_keeps_xla_only_when_faster(tf):
+    from tfopt.tune.xla import XLA_GAIN, trial_xla
+
+    rng = np.random.default_rng(0)
+    x = rng.random((256, 16), dtype=np.float32)
+    y = (x.sum(axis=1) > 8).astype(np.int64)
+    batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)
+
+    def make():
+        inputs = keras.Input((16,))
+        hidden = keras.layers.Dense(32, activation="relu")(inputs)
+        return keras.Model(inputs, keras.layers.Dense(2)(hidden))
+
+    compiled = []
+
+    def compile_fn(model, steps_per_execution, jit_compile):
+        model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      steps_per_execution=steps_per_execution, jit_compile=jit_compile)
+        compiled.append(jit_compile)
+
+    trial = trial_xla(make, compile_fn, batches, 4, policy="float32", epoch_examples=256)
+    assert sorted(compiled) == [False, True] and set(trial.rates) == {False, True}
+    assert all(rate > 0 for rate in trial.rates.values()) and trial.loss_gap < 1e-3
+    faster = trial.rates[True] >= XLA_GAIN * trial.rates[False]
+    assert trial.chosen == (faster and "paid back" not in trial.reason)
+    assert trial.reason.startswith("on" if trial.chosen else "off")
