@@ -97,7 +97,12 @@ def fit_tfopt(workload, data, epochs: int, seed: int) -> dict:
         model = workload.build_model(inputs)
     run.compile(model, **workload.compile_args())
     history = run.fit(model, epochs=epochs, callbacks=workload.callbacks(inputs), verbose=0)
-    return _result(workload, history, built - started, time.perf_counter() - built)
+    result = _result(workload, history, built - started, time.perf_counter() - built)
+    mfu = history.history.get("mfu")
+    result.update(policy=run.plan.policy, steps_per_execution=int(model.steps_per_execution),
+                  xla=str(run.plan.jit_compile).lower(), xla_reason=run.plan.xla_reason,
+                  mfu=float(mfu[-1]) if mfu else None)
+    return result
 
 
 def describe(source) -> str:
@@ -167,7 +172,16 @@ def bench_workload(workload, work: Path, args) -> dict:
         if runs:
             record["arms"][arm]["median_seconds"] = statistics.median(r["seconds"] for r in runs)
             record["arms"][arm]["median_metric"] = statistics.median(r["metric"] for r in runs)
+            mfus = [r["mfu"] for r in runs if r.get("mfu") is not None]
+            if mfus:
+                record["arms"][arm]["median_mfu"] = statistics.median(mfus)
+            if "xla" in runs[-1]:
+                record["arms"][arm]["xla"] = runs[-1]["xla"]
     return record
+
+
+def _percent(value):
+    return None if value is None else 100 * value
 
 
 def _cell(value, digits: int) -> str:
@@ -179,7 +193,8 @@ def table(records: list[dict], repeats: int) -> str:
     lines = [f"whole fit (build + compile + fit), median of {repeats} repeat(s); metric: the "
              "last epoch's validation metric",
              f"{'workload':24s} {'kind':13s} {'keras s':>8s} {'tfopt s':>8s} {'ratio':>6s} "
-             f"{'metric':12s} {'keras':>7s} {'tfopt':>7s} {'baseline':>8s}"]
+             f"{'metric':12s} {'keras':>7s} {'tfopt':>7s} {'baseline':>8s} {'xla':>5s} "
+             f"{'mfu %':>6s}"]
     for record in records:
         keras_arm, tfopt_arm = record["arms"]["keras"], record["arms"]["tfopt"]
         keras_s, tfopt_s = keras_arm.get("median_seconds"), tfopt_arm.get("median_seconds")
@@ -188,7 +203,9 @@ def table(records: list[dict], repeats: int) -> str:
             f"{record['name']:24s} {record['kind']:13s} {_cell(keras_s, 2):>8s} "
             f"{_cell(tfopt_s, 2):>8s} {_cell(ratio, 2):>6s} {record['metric']:12s} "
             f"{_cell(keras_arm.get('median_metric'), 4):>7s} "
-            f"{_cell(tfopt_arm.get('median_metric'), 4):>7s} {_cell(record['baseline'], 4):>8s}")
+            f"{_cell(tfopt_arm.get('median_metric'), 4):>7s} {_cell(record['baseline'], 4):>8s} "
+            f"{tfopt_arm.get('xla', '-'):>5s} "
+            f"{_cell(_percent(tfopt_arm.get('median_mfu')), 3):>6s}")
     tables = [(record["name"], record["table"]) for record in records if record.get("table")]
     if tables:
         lines.append("tables read from CSV as:")
@@ -198,7 +215,9 @@ def table(records: list[dict], repeats: int) -> str:
     if skipped:
         lines.append("tfopt arm skipped:")
         lines += [f"  {name}: {reason}" for name, reason in skipped]
-    lines.append("ratio: keras s / tfopt s (above 1: tfopt is faster)")
+    lines.append("ratio: keras s / tfopt s (above 1: tfopt is faster); xla: tfopt's choice "
+                 "(auto: Keras's own rule, untried); mfu: tfopt's last epoch, of the CPU's "
+                 "peak for its compute dtype")
     return "\n".join(lines)
 
 
