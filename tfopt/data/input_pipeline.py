@@ -81,7 +81,8 @@ def dataset_for_fit(given: DatasetInput, *, batch_size: int | None = None,
                     repeat: bool = False, skip_passes: int = 0,
                     skip_batches: int = 0) -> tf.data.Dataset:
     """The user's dataset as ``fit`` reads it: as given (batched to ``batch_size`` when one is
-    given: an unbatched dataset's examples, or a batched one's re-batched), prefetched.
+    given: an unbatched dataset's examples, or a batched one's re-batched), prefetched, with
+    tf.data's autotuner as the builder's pipelines have it.
 
     ``repeat``: one stream for the whole fit, each pass a new iteration of the dataset (its
     reshuffling shuffles draw new orders, as with a new iterator each epoch). ``skip_passes``
@@ -98,4 +99,8 @@ def dataset_for_fit(given: DatasetInput, *, batch_size: int | None = None,
         dataset = dataset.repeat()
     if skip_batches:
         dataset = dataset.skip(skip_batches)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    # the builder's rule for tf.data's autotuner (off: rules.AUTOTUNE_ENABLED says why; its
+    # AUTOTUNE stages then run one thread per core); the elements are the same
+    options = tf.data.Options()
+    options.autotune.enabled = rules.AUTOTUNE_ENABLED
+    return dataset.prefetch(tf.data.AUTOTUNE).with_options(options)

@@ -194,7 +194,10 @@ class DatasetData:
             epoch = ("its length unknown before it is read: each epoch iterates it anew, as "
                      "model.fit does (with steps_per_epoch= given, one repeated stream)")
         return [f"data         {facts.shown}: its elements, order and shuffling kept as "
-                f"written; {batching}; prefetched",
+                f"written; {batching}; prefetched; tf.data's autotuner off, as in tfopt's own "
+                "pipelines (its AUTOTUNE stages one thread per core: with the autotuner on, "
+                "TensorFlow now and then runs a pipeline on one core, and holds an iterator's "
+                "release at the end of a fit)",
                 f"epoch        {epoch}"]
 
     def validation_reason(self) -> str | None:
