@@ -122,6 +122,15 @@ def test_an_unknown_layer_is_named_not_guessed_and_the_model_is_left_as_it_was()
     assert result.uncounted == ("doubler",) and not result.exact
     assert result.forward == 2 * 8 * 2 + 2
     assert all("call" not in vars(layer) for layer in model.layers)
+    # a call of the layer's own stays: batch norm fused by fuse_batch_norm is still fused
+    from tfopt.train.fused_batch_norm import fuse_batch_norm, is_fused
+
+    images = keras.Input((8, 8, 3))
+    normed = layers.BatchNormalization(name="bn")(layers.Conv2D(4, 3)(images))
+    fused_model = keras.Model(images, normed)
+    fuse_batch_norm(fused_model)
+    assert model_flops(fused_model).by_layer["bn"] == 4 * 6 * 6 * 4
+    assert is_fused(fused_model.get_layer("bn"))
     model.compile("sgd", "mse")
     model.fit(np.ones((4, 8)), np.ones((4, 2)), verbose=0)  # still trains
 

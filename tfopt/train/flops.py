@@ -1,8 +1,9 @@
 """The floating-point operations of a Keras model, counted from its layers' shapes.
 
 Keras and TensorFlow count none (keras #18391), and the ``tf.compat.v1`` profiler miscounts
-some convolutions, so :func:`model_flops` counts layer by layer from the shapes one forward
-pass of a single example gives each layer. The convention is the MFU papers' (PaLM, Megatron):
+some convolutions, so :func:`model_flops` counts layer by layer from the shapes a forward
+pass of a single example gives each layer; the pass is traced, never run, so nothing is
+computed. The convention is the MFU papers' (PaLM, Megatron):
 a multiply-add counts 2, and a training step counts 3 forward passes (the backward pass
 computes two products for each of the forward's). Beside the products, each bias add,
 activation and element-wise operation counts 1 per output element, a normalisation 4 per
@@ -263,8 +264,10 @@ def _count(layer, args, kwargs, result) -> int | None:
     return count(layer, inputs, output)
 
 
-def _example(model) -> list[np.ndarray]:
-    """A batch of one zero example for each of the model's inputs."""
+def _input_specs(model):
+    """A ``tf.TensorSpec`` of one example (batch 1) for each of the model's inputs."""
+    import tensorflow as tf
+
     try:
         inputs = model.inputs
     except (AttributeError, ValueError):
@@ -273,18 +276,24 @@ def _example(model) -> list[np.ndarray]:
         raise InvalidArgumentError(
             f"model_flops({type(model).__name__}): a model without symbolic inputs (a "
             "subclassed model); pass example= one batch of its inputs")
-    batch = []
+    specs = []
     for tensor in inputs:
         shape = tuple(tensor.shape)[1:]
-        if any(d is None for d in shape) or "string" in str(tensor.dtype):
+        if any(d is None for d in shape):
             raise InvalidArgumentError(
-                f"model_flops: input {tensor.name!r} has shape {tuple(tensor.shape)} and dtype "
-                f"{tensor.dtype}; expected known sizes and numbers: pass example= one batch of "
-                "real inputs")
-        batch.append(np.zeros((1, *shape), dtype=str(tensor.dtype)))
-    return batch
+                f"model_flops: input {tensor.name!r} has shape {tuple(tensor.shape)}; expected "
+                "known sizes after the batch axis: pass example= one batch of real inputs")
+        specs.append(tf.TensorSpec((1, *shape), str(tensor.dtype)))
+    return specs[0] if len(specs) == 1 else specs
 
 
+def _example_specs(example):
+    """The ``tf.TensorSpec`` of the first example of each part of a batch ``example``."""
+    import tensorflow as tf
+
+    return tf.nest.map_structure(
+        lambda value: tf.TensorSpec((1, *np.shape(value)[1:]), tf.as_dtype(value.dtype)),
+        example)
 
 
 def model_flops(model, example=None) -> ModelFlops:
@@ -301,20 +310,17 @@ def model_flops(model, example=None) -> ModelFlops:
         unknown kind, named.
 
     Raises:
-        tfopt.errors.InvalidArgumentError: No ``example`` and an input of unknown size or of
-            strings (or a subclassed model without symbolic inputs).
+        tfopt.errors.InvalidArgumentError: No ``example`` and an input of unknown size (or a
+            subclassed model without symbolic inputs).
 
     Example:
         >>> model_flops(keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])).forward
         68
     """
-    import keras
 
-    if example is None:
-        example = _example(model)
-        example = example[0] if len(example) == 1 else example
-    else:
-        example = keras.tree.map_structure(lambda value: value[:1], example)
+    import tensorflow as tf
+
+    specs = _input_specs(model) if example is None else _example_specs(example)
     counted: dict[str, int] = {}
     uncounted: list[str] = []
     active: list[str] = []  # kinds counted whole, now calling their inner layers
@@ -347,15 +353,22 @@ def model_flops(model, example=None) -> ModelFlops:
         return counting_call
 
     wrapped = all_layers(model)
+    # a layer's own call set on the instance (fuse_batch_norm's fused kernel) is put back
+    own_calls = {id(layer): vars(layer)["call"] for layer in wrapped if "call" in vars(layer)}
     for layer in wrapped:
         object.__setattr__(layer, "call", wrap(layer))
     try:
         with warnings.catch_warnings():
             # a model built on a list of one input warns that one array is not that list
             warnings.simplefilter("ignore", UserWarning)
-            model(example, training=False)
+            # traced, never run: the layers see static shapes and nothing is computed
+            tf.function(lambda inputs: model(inputs, training=False)).get_concrete_function(
+                specs)
     finally:
         for layer in wrapped:
-            object.__delattr__(layer, "call")
+            if id(layer) in own_calls:
+                object.__setattr__(layer, "call", own_calls[id(layer)])
+            else:
+                object.__delattr__(layer, "call")
     return ModelFlops(forward=sum(counted.values()), by_layer=counted,
                       uncounted=tuple(dict.fromkeys(uncounted)))
