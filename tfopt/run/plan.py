@@ -13,7 +13,8 @@ import enum
 from tfopt.errors import InvalidArgumentError
 from tfopt.run.config import AUTO, BatchNorm, RunConfig
 
-__all__ = ["RunFacts", "RunPlan", "SpeSource", "calls_that_divide", "divide_epoch", "plan_run"]
+__all__ = ["RunFacts", "RunPlan", "SpeSource", "calls_that_divide", "divide_epoch",
+           "plan_jit_compile", "plan_run"]
 
 # The trial's middle candidate (1, 4, 16): where no trial runs, 4 steps per call take most of
 # the per-call overhead away without holding a long call between callbacks.
@@ -199,7 +200,10 @@ KERAS_AUTO_XLA = ("Keras's 'auto': XLA on a GPU without a strategy where every l
                   "supports it, else off")
 
 
-def _jit_compile(config: RunConfig, facts: RunFacts) -> tuple[bool | str | None, str]:
+def plan_jit_compile(config: RunConfig,
+                     facts: RunFacts) -> tuple[bool | str | None, str]:
+    """``jit_compile`` and why: given, off for batches that change shape, an earlier trial's,
+    Keras's "auto" where no trial pays or can run, else None (a trial at compile)."""
     if config.jit_compile != AUTO:
         return config.jit_compile, "given"
     if facts.variable_axes:
@@ -234,7 +238,7 @@ def plan_run(config: RunConfig, facts: RunFacts) -> RunPlan:
     batch_norm, batch_norm_reason = _batch_norm(config, facts)
     accumulation, accumulation_reason = _accumulation(config, global_batch)
     spe, spe_source, spe_reason = _steps_per_execution(config, facts)
-    jit_compile, xla_reason = _jit_compile(config, facts)
+    jit_compile, xla_reason = plan_jit_compile(config, facts)
     if config.validation is None:
         validation, validation_reason = False, "none asked (validation=None)"
     elif facts.validation_reason is not None:

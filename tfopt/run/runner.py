@@ -34,7 +34,14 @@ from tfopt.gpu.peak import cpu_peak
 from tfopt.records.format.layout import resolve_dataset
 from tfopt.records.format.tfrecord import tf_compression_type
 from tfopt.run.config import AUTO, BatchNorm, RunConfig
-from tfopt.run.plan import RunFacts, RunPlan, SpeSource, divide_epoch, plan_run
+from tfopt.run.plan import (
+    RunFacts,
+    RunPlan,
+    SpeSource,
+    divide_epoch,
+    plan_jit_compile,
+    plan_run,
+)
 from tfopt.run.training_data import DatasetData, MemoryData, training_data
 from tfopt.run.workdir import (
     HISTORY_FILE,
@@ -810,22 +817,18 @@ class Run:
             return self.plan.jit_compile
         blockers = xla_blockers(model)
         if blockers:
-            shown = ", ".join(repr(name) for name in blockers[:3]) + (
-                f" and {len(blockers) - 3} more" if len(blockers) > 3 else "")
             return self._decide_xla(False, (
-                f"off: layers XLA cannot compile ({shown}); Keras compiles such a model "
+                f"off: layers XLA cannot compile ({_named(blockers)}); Keras compiles such a model "
                 "without XLA whatever is asked"))
         batches = self._trial_batches(model)
         axes = variable_axes(batches.element_spec)
         if axes and len(_batch_shapes(batches)) > 1:
-            self._replan(variable_axes=tuple(axes))
-            return self.plan.jit_compile
+            return self._decide_xla_by_plan(variable_axes=tuple(axes))
         key = {**self._spe_key(model), "steps_per_execution": spe}
         cached = read_xla_choice(self.config.workdir, key)
         if cached is not None:
             self._xla_trial = cached.rates
-            return self._decide_xla(cached.chosen, f"{cached.reason} (an earlier trial's, from "
-                                    "the workdir)")
+            return self._decide_xla_by_plan(cached.reason, cached_jit_compile=cached.chosen)
         steps = self.steps_per_epoch
         epoch_examples = (steps * self.plan.global_batch
                           if steps is not None and self.plan.global_batch else None)
@@ -848,6 +851,13 @@ class Run:
         self.plan = dataclasses.replace(self.plan, jit_compile=chosen, xla_reason=reason)
         return chosen
 
+    def _decide_xla_by_plan(self, detail: str | None = None, **facts) -> bool:
+        """Record ``facts`` found at compile and take the planner's XLA rule for them, leaving
+        the rest of the plan (a trial's steps_per_execution among it) as it is."""
+        self._facts = dataclasses.replace(self._facts, **facts)
+        chosen, reason = plan_jit_compile(self.config, self._facts)
+        return self._decide_xla(chosen, f"{reason}: {detail}" if detail else reason)
+
     def _trial_precision(self) -> bool:
         """Whether the trial times the policy too: an automatic choice of a half-precision
         policy, for data the trial can feed (not shards' synthetic images)."""
@@ -866,11 +876,9 @@ class Run:
         if not recurrent:
             return
         compute_in(model, "float32")
-        shown = ", ".join(repr(name) for name in recurrent[:3]) + (
-            f" and {len(recurrent) - 3} more" if len(recurrent) > 3 else "")
         self._replan(policy="float32", policy_reason=(
             f"untried: {self.plan.policy} was the CPU's choice, but the model's "
-            f"recurrent layers ({shown}) run one small matrix product per time step, too small "
+            f"recurrent layers ({_named(recurrent)}) run one small matrix product per time step, too small "
             "to pay for the casts half precision adds, and no trial times it in an epoch this "
             "short"))
 
@@ -900,7 +908,6 @@ class Run:
             batches = self._data.trial_batches(model, self.plan.global_batch, count)
         else:
             batches = self._data.trial_batches(self.plan.global_batch, count)
-        batches = batches.cache()
         self._held_trial_batches = (model, batches)
         return batches
 
@@ -916,6 +923,12 @@ def _compile_copy(copy, steps_per_execution: int, jit_compile: bool, optimizer=N
     copy.compile(optimizer=_fresh(optimizer), loss=_fresh(loss), metrics=_fresh(metrics),
                  steps_per_execution=steps_per_execution, jit_compile=jit_compile,
                  **(compile_options or {}))
+
+
+def _named(names: list[str], shown: int = 3) -> str:
+    """The first ``shown`` of ``names``, quoted, and how many more."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(repr(name) for name in names[:shown]) + more
 
 
 def _batch_shapes(batches) -> set:

@@ -76,7 +76,7 @@ class MemoryData:
     def trial_batches(self, model, global_batch: int, count: int) -> tf.data.Dataset:
         x = self.input.features(model_input_names(model))
         return array_batches(self.input, x, global_batch, training=True, seed=0,
-                             drop_remainder=True).take(count)
+                             drop_remainder=True).take(count).cache()
 
     def describe(self, global_batch: int, drop_remainder: bool) -> list[str]:
         facts = self.input.facts

@@ -76,24 +76,34 @@ class SpeChoice(NamedTuple):
     policy_rates: dict[str, float] | None = None
 
 
+def _trial_record(workdir: Path | None, name: str, key: dict,
+                  trial: str) -> tuple[Path | None, dict | None]:
+    """(path, record) of the trial file ``name`` in ``workdir`` when it holds a record for
+    ``key``; record None without one (an unreadable file noted in the log: ``trial`` runs
+    again)."""
+    if workdir is None:
+        return None, None
+    path = Path(workdir) / name
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return path, None
+    except (OSError, ValueError, RecursionError) as error:
+        logger.info("%s: unreadable (%s); %s runs again", path, error, trial)
+        return path, None
+    if not isinstance(data, dict) or data.get("key") != key:
+        return path, None
+    return path, data
+
+
 def read_spe_choice(workdir: Path | None, key: dict) -> SpeChoice | None:
     """The trial's choice cached for ``key`` (model, batch, policy), or None.
 
     A file of another key, or one that is not what :func:`write_spe_choice` writes, is ignored
     (with a note in the log): the trial runs again and replaces it.
     """
-    if workdir is None:
-        return None
-    path = Path(workdir) / SPE_FILE
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, RecursionError) as error:
-        logger.info("%s: unreadable (%s); the steps_per_execution trial runs again", path,
-                    error)
-        return None
-    if not isinstance(data, dict) or data.get("key") != key:
+    path, data = _trial_record(workdir, SPE_FILE, key, "the steps_per_execution trial")
+    if data is None:
         return None
     value, rates = data.get("value"), data.get("rates")
     policy, policy_rates = data.get("policy"), data.get("policy_rates")
@@ -133,17 +143,8 @@ class XlaChoice(NamedTuple):
 def read_xla_choice(workdir: Path | None, key: dict) -> XlaChoice | None:
     """The XLA trial's choice cached for ``key`` (model, batch, policy, steps per call), or
     None; a record of another key, or not one :func:`write_xla_choice` writes, is ignored."""
-    if workdir is None:
-        return None
-    path = Path(workdir) / XLA_FILE
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, RecursionError) as error:
-        logger.info("%s: unreadable (%s); the XLA trial runs again", path, error)
-        return None
-    if not isinstance(data, dict) or data.get("key") != key:
+    path, data = _trial_record(workdir, XLA_FILE, key, "the XLA trial")
+    if data is None:
         return None
     chosen, reason, rates = data.get("chosen"), data.get("reason"), data.get("rates")
     if type(chosen) is not bool or not isinstance(reason, str) or not isinstance(rates, dict):

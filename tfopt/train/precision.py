@@ -17,7 +17,7 @@ import statistics
 import time
 from typing import Any
 
-from tfopt._internals.keras_model import keras_history_layer
+from tfopt._internals.keras_model import all_layers, keras_history_layer
 from tfopt._tf import import_tensorflow
 from tfopt._validate import whole_number
 from tfopt.errors import InvalidArgumentError
@@ -367,23 +367,9 @@ class enable_policy:  # noqa: N801  (a function to its users, a class to work as
 
 
 def _all_layers(model):
-    seen, stack, layers = set(), [model], []
-    while stack:
-        layer = stack.pop()
-        if id(layer) in seen:
-            continue
-        seen.add(id(layer))
-        layers.append(layer)
-        stack.extend(getattr(layer, "layers", ()) or ())
-        # layers held by a layer, not listed in .layers: an RNN's cell (a StackedRNNCells'
-        # cells), a wrapper's layer, a Bidirectional's two directions
-        for held in ("cell", "layer", "forward_layer", "backward_layer"):
-            inner = getattr(layer, held, None)
-            if hasattr(inner, "dtype_policy"):
-                stack.append(inner)
-        stack.extend(cell for cell in getattr(layer, "cells", ()) or ()
-                     if hasattr(cell, "dtype_policy"))
-    return layers
+    """``model`` and every layer inside it (nested models, an RNN's cell, a Bidirectional's
+    directions, a wrapper's layer)."""
+    return [model, *all_layers(model)]
 
 
 def _output_layer(model, name: str | None):
