@@ -140,6 +140,72 @@ def test_monitor_ctrl_c_exits_0_and_rows_are_on_disk_before_it(fake_gpus, tmp_pa
     assert fake_gpus.init_count == 0
 
 
+HOPPER_GPM = {"sm_active": [61.5, 80.0], "sm_occupancy": 33.25, "tensor_active": 47.0,
+              "dram_bw_util": 12.5}
+
+
+@pytest.fixture
+def gpm_gpus(monkeypatch):
+    """A fake H100 with GPM counters beside a fake A100, which has none."""
+    module = make_fake_nvml([
+        FakeGpu(name="NVIDIA H100 80GB HBM3", compute_capability=(9, 0), gpm=HOPPER_GPM),
+        FakeGpu(name="NVIDIA A100-SXM4-40GB"),
+    ])
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    return module
+
+
+def test_monitor_json_gives_the_four_gpm_counters_and_a_not_supported_marker(gpm_gpus):
+    # -n above NVML's 100 ms between GPM samples; the first line has counters too (monitor
+    # takes the first GPM sample one interval before it)
+    result = invoke("monitor", "--count", "2", "-n", "0.15", "--json")
+    assert result.exit_code == 0, result.stderr
+    samples = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(samples) == 2 and samples[0]["driver_version"] == "550.54.15"
+    for sample, sm_active in zip(samples, (61.5, 80.0), strict=True):
+        hopper, ampere = sample["gpus"]
+        assert set(hopper) == set(CSV_FIELDS)
+        assert (hopper["sm_active"], hopper["sm_occupancy"], hopper["tensor_active"],
+                hopper["dram_bw_util"]) == (sm_active, 33.2, 47.0, 12.5)
+        assert hopper["gpm"] == {"supported": True, "reason": None}
+        assert all(ampere[name] is None for name in ("sm_active", "sm_occupancy",
+                                                     "tensor_active", "dram_bw_util"))
+        assert ampere["gpm"]["supported"] is False and "no GPM" in ampere["gpm"]["reason"]
+    assert gpm_gpus.gpm_buffers == 0 and gpm_gpus.init_count == 0
+
+
+def test_monitor_table_says_n_s_for_a_gpu_without_gpm_and_what_kernel_means(gpm_gpus, tmp_path):
+    path = tmp_path / "gpu.csv"
+    result = invoke("monitor", "--count", "1", "-n", "0.15", "--csv", str(path))
+    assert result.exit_code == 0, result.stderr
+    header, hopper, ampere = result.stdout.splitlines()[1:4]
+    assert header.split()[2:8] == ["Kernel", "MemU", "SMAct", "SMOcc", "Tensor", "DRAM"]
+    assert hopper.split()[5:11] == ["97%", "40%", "62%", "33%", "47%", "12%"]
+    assert ampere.split()[3:9] == ["97%", "40%", "n/s", "n/s", "n/s", "n/s"]
+    with open(path, newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert rows[0]["sm_active"] == "61.5" and rows[0]["gpm"] == "supported"
+    assert rows[1]["sm_active"] == "" and rows[1]["gpm"].startswith("not supported: ")
+    help_text = invoke("monitor", "--help").stdout
+    assert "the share of time a kernel was running" in " ".join(help_text.split())
+
+
+def test_monitor_json_on_a_gpu_without_gpm_never_gives_a_zero(fake_gpus):
+    result = invoke("monitor", "--count", "2", "-n", "0.01", "--json")
+    for sample in map(json.loads, result.stdout.splitlines()):
+        for gpu in sample["gpus"]:
+            assert gpu["sm_active"] is None and gpu["tensor_active"] is None
+            assert gpu["gpm"]["supported"] is False
+
+
+@no_gpu_here
+def test_monitor_json_without_gpu_gives_the_error_as_json():
+    result = invoke("monitor", "--count", "1", "--json")
+    assert result.exit_code == 1
+    error = json.loads(result.stdout)
+    assert error["exit_code"] == 1 and "NVML" in error["error"]
+
+
 @pytest.mark.parametrize("args", [["-n", "0"], ["-n", "-1"], ["--count", "0"],
                                   ["--low-util", "101"]])
 def test_monitor_usage_errors_exit_2(args):
@@ -196,6 +262,27 @@ def test_monitor_starts_without_tensorflow_subprocess():
     assert result.returncode == 0, result.stderr
     assert "NVIDIA A100" in result.stdout
     assert "EXIT None TF False" in result.stdout
+
+
+def test_monitor_json_with_gpm_subprocess():
+    code = (
+        "import sys\n"
+        "from tfopt.gpu.testing import FakeGpu, make_fake_nvml\n"
+        "sys.modules['pynvml'] = make_fake_nvml([\n"
+        "    FakeGpu(name='NVIDIA H100 80GB HBM3', compute_capability=(9, 0),\n"
+        "            gpm={'sm_active': 70.0, 'sm_occupancy': 25.0, 'tensor_active': 55.5,\n"
+        "                 'dram_bw_util': 30.0}),\n"
+        "    FakeGpu(name='Tesla V100-SXM2-16GB', compute_capability=(7, 0))])\n"
+        "from tfopt.cli import main\n"
+        "sys.argv = ['tfopt', 'monitor', '--count', '1', '-n', '0.15', '--json']\n"
+        "main()\n"
+    )
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    hopper, volta = json.loads(result.stdout)["gpus"]
+    assert [hopper[k] for k in ("sm_active", "sm_occupancy", "tensor_active",
+                                "dram_bw_util")] == [70.0, 25.0, 55.5, 30.0]
+    assert volta["sm_active"] is None and volta["gpm"]["supported"] is False
 
 
 @no_gpu_here

@@ -117,3 +117,23 @@ def test_sampler_thread_stops_and_logs_when_sampling_fails(caplog):
             assert not sampler._thread.is_alive()  # the thread ended, the caller did not crash
     assert "GPU sampling failed" in caplog.text
     assert sampler.stats.sample_count(0) == 1
+
+
+def test_sampler_averages_the_gpm_counters_and_leaves_them_out_where_there_is_no_gpm():
+    fake = make_fake_nvml([
+        FakeGpu(name="NVIDIA H100 80GB HBM3", compute_capability=(9, 0),
+                gpm={"sm_active": [40.0, 60.0], "sm_occupancy": 20.0, "tensor_active": 10.0,
+                     "dram_bw_util": 5.0}),
+        FakeGpu(name="NVIDIA A100-SXM4-40GB"),
+    ])
+    sampler = GpuSampler(interval_s=1.0, module=fake)
+    for _ in range(3):  # the first sample starts the GPM interval; two readings follow
+        sampler.sample_once()
+        time.sleep(0.11)  # NVML's GPM samples must be more than 100 ms apart
+    summary = sampler.stats.summary()
+    assert summary[0]["sm_active"].mean == 50.0 and summary[0]["sm_active"].count == 2
+    assert summary[0]["tensor_active"].max == 10.0 and summary[0]["dram_bw_util"].mean == 5.0
+    assert "sm_active" not in summary[1] and summary[1]["gpu_util"].count == 3  # absent, not 0
+    assert sampler.latest[1].gpm_supported is False
+    sampler.stop()
+    assert fake.gpm_buffers == 0 and fake.init_count == 0

@@ -61,3 +61,29 @@ def test_process_memory_when_no_process_or_unknown():
     unknown = full(processes=(GpuProcess(1, None),))
     assert snapshot_record(unknown)["process_memory_mib"] is None
     assert snapshot_record(full(processes=None))["processes"] is None
+
+
+def test_gpm_counters_print_as_percent_and_as_not_supported_never_as_zero():
+    hopper = full(0, name="NVIDIA H100 80GB HBM3", sm_active=61.46, sm_occupancy=33.25,
+                  tensor_active=47.0, dram_bw_util=12.5, gpm_supported=True)
+    ampere = full(1, gpm_supported=False, gpm_reason="the GPU has no GPM counters")
+    lines = format_table([hopper, ampere]).splitlines()
+    assert "Kernel" in lines[1] and "SMAct" in lines[1] and "Tensor" in lines[1]
+    assert "61%" in lines[2] and "33%" in lines[2] and "47%" in lines[2] and "12%" in lines[2]
+    assert lines[3].count("n/s") == 4 and " 0%" not in lines[3]
+    unread = format_table([full(2)]).splitlines()[2]  # GPM not read: N/A, not "n/s"
+    assert "n/s" not in unread
+
+
+def test_gpm_record_and_csv_cell_say_whether_and_why():
+    record = snapshot_record(full(sm_active=61.46, sm_occupancy=33.25, tensor_active=47.0,
+                                  dram_bw_util=12.5, gpm_supported=True))
+    assert (record["sm_active"], record["sm_occupancy"]) == (61.5, 33.2)
+    assert record["gpm"] == {"supported": True, "reason": None}
+    assert to_csv_row(record)[CSV_FIELDS.index("gpm")] == "supported"
+    none = snapshot_record(full(gpm_supported=False, gpm_reason="the GPU has no GPM counters"))
+    assert none["sm_active"] is None and none["gpm"]["supported"] is False
+    assert to_csv_row(none)[CSV_FIELDS.index("gpm")] == (
+        "not supported: the GPU has no GPM counters")
+    assert to_csv_row(none)[CSV_FIELDS.index("sm_active")] == ""
+    assert to_csv_row(snapshot_record(full()))[CSV_FIELDS.index("gpm")] == ""  # not read

@@ -183,6 +183,27 @@ def test_gpu_stats_with_fake_nvml_log_mean_and_max_per_gpu(tf):
     assert gpu.sampler is None and nvml.init_count == 0  # stopped and shut down
 
 
+def test_gpu_stats_log_the_gpm_counters_where_the_gpu_has_them_and_leave_them_out_elsewhere(tf):
+    nvml = make_fake_nvml([
+        FakeGpu(name="NVIDIA H100 80GB HBM3", compute_capability=(9, 0),
+                gpm={"sm_active": [40.0, 60.0], "sm_occupancy": 25.0, "tensor_active": 35.0,
+                     "dram_bw_util": 15.0}),
+        FakeGpu(name="NVIDIA A100-SXM4-40GB"),
+    ])
+    # samples more than NVML's 100 ms apart, epochs long enough for several
+    gpu = GpuStatsCallback(interval_s=0.15, module=nvml)
+    history = model().fit(slow_dataset(tf, n=256, sleep_s=0.07), epochs=2, verbose=0,
+                          callbacks=[gpu])
+    h = history.history
+    assert all(40.0 <= v <= 60.0 for v in h["gpu0_sm_active_mean"])
+    assert h["gpu0_sm_occupancy_max"] == [25.0, 25.0]
+    assert h["gpu0_tensor_active_mean"] == [35.0, 35.0]
+    assert h["gpu0_dram_bw_util_max"] == [15.0, 15.0]
+    assert not any(key.startswith(("gpu1_sm", "gpu1_tensor", "gpu1_dram")) for key in h)
+    assert "gpu1_util_mean" in h  # the A100 is sampled; only the counters it lacks are absent
+    assert nvml.gpm_buffers == 0 and nvml.init_count == 0
+
+
 def test_gpu_stats_short_epoch_still_gets_one_sample(tf):
     nvml = make_fake_nvml([FakeGpu(gpu_util=55)])
     history = model().fit(dataset(tf, n=32), epochs=1, verbose=0,

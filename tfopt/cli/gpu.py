@@ -111,18 +111,28 @@ class _SampleFiles:
 @click.option("--jsonl", "jsonl_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Append one JSON object per GPU per sample to this file.")
 @click.option("--low-util", type=click.FloatRange(0, 100), default=DEFAULT_LOW_UTIL,
-              show_default=True, help="Mark GPUs whose utilisation is below this percent.")
-def monitor(interval, count, csv_path, jsonl_path, low_util):
-    """Show GPU utilisation, memory, power, temperature, clocks and throttling.
+              show_default=True,
+              help="Mark GPUs whose Kernel share (GPU-Util) is below this percent.")
+@json_option("Print each sample as one line of JSON on stdout instead of the table.")
+def monitor(interval, count, csv_path, jsonl_path, low_util, as_json):
+    """Show GPU activity, memory, power, temperature, clocks and throttling.
 
-    Refreshes a table every -n SECONDS, like `watch -n 1 nvidia-smi`. THROTTLE marks a GPU
-    whose clocks are held down by power or heat; LOW-UTIL one that waits for work (usually the
-    input pipeline). Ctrl-C stops it (exit code 0). Exit code 1 when no NVIDIA GPU is usable.
+    Refreshes a table every -n SECONDS, like `watch -n 1 nvidia-smi`. Kernel is NVML's
+    GPU-Util (what nvidia-smi shows): the share of time a kernel was running, however few SMs
+    it used. On Hopper and newer GPUs the GPU's own counters (GPM) say how busy it was, over
+    each interval: SMAct (share of SMs with work), SMOcc (warps resident against the most the
+    SMs hold), Tensor (share of cycles in tensor-core instructions), DRAM (bandwidth against
+    its peak); "n/s" where the GPU or driver has no GPM (the JSON says why). THROTTLE marks a
+    GPU whose clocks are held down by power or heat; LOW-UTIL one that waits for work (usually
+    the input pipeline). Ctrl-C stops it (exit code 0). Exit code 1 when no NVIDIA GPU is
+    usable.
     """
-    from tfopt.gpu.nvml import NvmlSession  # noqa: PLC0415 - imported when a command needs it
+    from tfopt.gpu.gpm import GpmReader  # noqa: PLC0415 - imported when a command needs it
+    from tfopt.gpu.nvml import NvmlSession  # noqa: PLC0415
     from tfopt.gpu.sampler import SampleSchedule  # noqa: PLC0415
 
     session = NvmlSession()
+    gpm = GpmReader(session)
     files = None
     try:
         state = session.state
@@ -130,15 +140,22 @@ def monitor(interval, count, csv_path, jsonl_path, low_util):
         title = (f"driver {state.driver_version}  CUDA {state.cuda_driver_version_str or 'N/A'}"
                  f"  every {interval:g} s")
         files = _SampleFiles(csv_path, jsonl_path)
-        clear = _CLEAR if sys.stdout.isatty() else ""
+        clear = _CLEAR if sys.stdout.isatty() and not as_json else ""
         schedule = SampleSchedule(interval)
         taken = 0
         try:
+            if gpm.prime():  # GPM counts between two samples: the first row's interval too
+                schedule.advance()
+                _sleep(schedule.delay())
             while True:
-                snapshots = session.snapshots()
-                files.write([snapshot_record(s, low_util) for s in snapshots])
-                separator = "" if taken == 0 or clear else "\n"
-                click.echo(clear + separator + format_table(snapshots, low_util, title))
+                snapshots = gpm.annotate(session.snapshots())
+                records = [snapshot_record(s, low_util) for s in snapshots]
+                files.write(records)
+                if as_json:
+                    click.echo(json.dumps(_sample_json(state, records)))
+                else:
+                    separator = "" if taken == 0 or clear else "\n"
+                    click.echo(clear + separator + format_table(snapshots, low_util, title))
                 taken += 1
                 if count is not None and taken >= count:
                     break
@@ -149,7 +166,15 @@ def monitor(interval, count, csv_path, jsonl_path, low_util):
     finally:
         if files is not None:
             files.close()
+        gpm.close()  # its sample buffers go before NVML does
         session.close()
+
+
+def _sample_json(state, records: list[dict]) -> dict:
+    """One sample of every GPU as monitor --json prints it: the driver's facts and the records
+    (the --jsonl keys)."""
+    return {"driver_version": state.driver_version,
+            "cuda_driver_version": state.cuda_driver_version_str, "gpus": records}
 
 
 # by CheckStatus value: the doctor's modules load only when `tfopt doctor` runs

@@ -7,6 +7,8 @@
 - :mod:`~tfopt.gpu.compat`: driver/CUDA/compute-capability rules.
 - :mod:`~tfopt.gpu.doctor`: the checks behind ``tfopt doctor``.
 - :mod:`~tfopt.gpu.table`: table, CSV and JSON-lines forms for ``tfopt monitor``.
+- :mod:`~tfopt.gpu.gpm`: the GPU's own activity counters (GPM, Hopper and newer) between samples.
+- :mod:`~tfopt.gpu.peak`: peak FLOPs per dtype of a CPU (its flags) or a GPU (its datasheet).
 
 None of these modules imports TensorFlow at import time; only
 :func:`~tfopt.gpu.hardware.tensorflow_info` imports it, when called.
@@ -29,6 +31,8 @@ _EXPORTS = {
     "CpuFeatures": "tfopt.gpu.hardware",
     "DoctorReport": "tfopt.gpu.doctor",
     "FieldStats": "tfopt.gpu.sampler",
+    "GpmReader": "tfopt.gpu.gpm",
+    "GpmReading": "tfopt.gpu.gpm",
     "GpuInfo": "tfopt.gpu.hardware",
     "GpuProcess": "tfopt.gpu.snapshot",
     "GpuSampler": "tfopt.gpu.sampler",
@@ -38,13 +42,16 @@ _EXPORTS = {
     "NvmlSession": "tfopt.gpu.nvml",
     "NvmlState": "tfopt.gpu.nvml",
     "NvmlStatus": "tfopt.gpu.nvml",
+    "PeakFlops": "tfopt.gpu.peak",
     "SampleSchedule": "tfopt.gpu.sampler",
     "TensorFlowInfo": "tfopt.gpu.hardware",
     "arch_support": "tfopt.gpu.compat",
     "cpu_features": "tfopt.gpu.hardware",
+    "cpu_peak": "tfopt.gpu.peak",
     "decode_clock_reasons": "tfopt.gpu.snapshot",
     "format_table": "tfopt.gpu.table",
     "gather_facts": "tfopt.gpu.hardware",
+    "gpu_peak": "tfopt.gpu.peak",
     "gpu_snapshots": "tfopt.gpu.nvml",
     "min_driver_for_cuda": "tfopt.gpu.compat",
     "nvidia_gpus": "tfopt.gpu.hardware",

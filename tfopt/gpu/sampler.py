@@ -3,7 +3,9 @@
 The timing math (:class:`SampleSchedule`) and the statistics (:class:`GpuStats`) are plain
 classes that take a clock and snapshots as arguments, so they are tested without threads or
 sleeps; :class:`GpuSampler` is the thin thread around them. Training callbacks use it to see GPU
-utilisation while ``fit`` runs.
+utilisation while ``fit`` runs. Where the GPU has GPM (Hopper and newer), each sample after the
+first also carries the GPU's own counters over the interval since the previous one (SM
+activity and occupancy, tensor-core activity, DRAM bandwidth: :mod:`tfopt.gpu.gpm`).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 
 from tfopt._validate import number
+from tfopt.gpu.gpm import GpmReader
 from tfopt.gpu.nvml import NvmlSession, NvmlState
-from tfopt.gpu.snapshot import GpuSnapshot
+from tfopt.gpu.snapshot import GPM_FIELDS, GpuSnapshot
 
 logger = logging.getLogger("tfopt")
 
@@ -26,6 +29,7 @@ logger = logging.getLogger("tfopt")
 SAMPLED_FIELDS = (
     "gpu_util",
     "mem_util",
+    *GPM_FIELDS,
     "memory_used",
     "power_w",
     "temperature_c",
@@ -180,6 +184,7 @@ class GpuSampler:
     ):
         self._schedule = SampleSchedule(interval_s, clock)
         self._session = NvmlSession(module)
+        self._gpm = GpmReader(self._session)
         self._on_sample = on_sample
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -210,7 +215,7 @@ class GpuSampler:
 
     def sample_once(self) -> list[GpuSnapshot]:
         """Take one sample now, add it to the stats and return it."""
-        snapshots = self._session.snapshots()
+        snapshots = self._gpm.annotate(self._session.snapshots())
         self.latest = snapshots
         self.stats.add(snapshots)
         if self._on_sample is not None:
@@ -232,6 +237,7 @@ class GpuSampler:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        self._gpm.close()  # its sample buffers go before NVML does
         self._session.close()
 
     def __enter__(self) -> GpuSampler:

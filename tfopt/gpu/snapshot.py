@@ -1,7 +1,10 @@
 """One reading of one GPU: what ``nvidia-smi`` shows, as a dataclass.
 
 Fields a GPU or driver does not support are None (shown as "N/A"). Clock-event reasons (called
-"throttle reasons" before CUDA 12.2) are decoded from NVML's bit mask into words.
+"throttle reasons" before CUDA 12.2) are decoded from NVML's bit mask into words. The GPM
+counters (SM activity and occupancy, tensor-core activity, DRAM bandwidth) span the interval
+since the previous reading, so :func:`read_snapshot` leaves them None and a
+:class:`~tfopt.gpu.gpm.GpmReader` that keeps the previous sample fills them in.
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ THROTTLE_REASONS = frozenset(
         "reliability",
     }
 )
+
+# The GPM counters a GpuSnapshot carries (percent over the interval since the previous GPM
+# sample; tfopt.gpu.gpm reads them).
+GPM_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "dram_bw_util")
 
 NVML_TEMPERATURE_GPU = 0  # sensor id of the GPU die
 NVML_CLOCK_SM = 1
@@ -92,7 +99,9 @@ class GpuSnapshot:
         timestamp: Unix time of the reading, seconds.
         name: Product name, e.g. "NVIDIA H100 80GB HBM3".
         uuid: Stable id, e.g. "GPU-5f2c...".
-        gpu_util: Percent of the last sample period in which a kernel ran.
+        gpu_util: Percent of the last sample period in which one or more kernels ran (NVML's
+            GPU-Util, nvidia-smi's): one small kernel reads 100; how many SMs worked is
+            ``sm_active``.
         mem_util: Percent of the period in which device memory was read or written.
         memory_used: Bytes in use.
         memory_total: Bytes installed.
@@ -106,6 +115,14 @@ class GpuSnapshot:
         processes: Processes using the GPU (compute and graphics).
         compute_capability: (major, minor), e.g. (8, 0) for A100.
         error: Why the GPU could not be read at all (e.g. "GPU is lost"); None normally.
+        sm_active: Percent of SMs that had work, over the interval since the previous GPM
+            sample (GPM: Hopper and newer).
+        sm_occupancy: Percent of the warps the SMs can hold that were resident (GPM).
+        tensor_active: Percent of SM cycles in tensor-core instructions (GPM).
+        dram_bw_util: Percent of the DRAM bandwidth's peak used (GPM).
+        gpm_supported: Whether the GPU, driver and nvidia-ml-py offer GPM; None when GPM was
+            not read (a single reading, such as :func:`~tfopt.gpu.nvml.gpu_snapshots`').
+        gpm_reason: Why the four GPM fields are None (all or some); None when read.
     """
 
     index: int
@@ -126,6 +143,12 @@ class GpuSnapshot:
     processes: tuple[GpuProcess, ...] | None = None
     compute_capability: tuple[int, int] | None = None
     error: str | None = None
+    sm_active: float | None = None
+    sm_occupancy: float | None = None
+    tensor_active: float | None = None
+    dram_bw_util: float | None = None
+    gpm_supported: bool | None = None
+    gpm_reason: str | None = None
 
     @property
     def throttle_reasons(self) -> tuple[str, ...]:

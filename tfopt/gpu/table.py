@@ -1,6 +1,8 @@
 """Text and record forms of GPU snapshots for ``tfopt monitor``: a table, CSV rows, JSON lines.
 
-Unsupported fields print as "N/A" in the table, are empty in CSV and null in JSON.
+Unsupported fields print as "N/A" in the table, are empty in CSV and null in JSON. The GPM
+counters of a GPU without GPM print as "n/s" (not supported), and their record says why
+(``"gpm": {"supported": false, "reason": ...}``): an absent counter is never shown as 0.
 """
 
 from __future__ import annotations
@@ -8,9 +10,10 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from tfopt.gpu.snapshot import GpuSnapshot
+from tfopt.gpu.snapshot import GPM_FIELDS, GpuSnapshot
 
 NA = "N/A"
+NOT_SUPPORTED = "n/s"
 DEFAULT_LOW_UTIL = 50.0  # percent; below it the input pipeline is the usual suspect
 
 # The columns of --csv, in order; --jsonl writes the same keys (clock_reasons as a list).
@@ -21,6 +24,11 @@ CSV_FIELDS = (
     "uuid",
     "gpu_util",
     "mem_util",
+    "sm_active",
+    "sm_occupancy",
+    "tensor_active",
+    "dram_bw_util",
+    "gpm",
     "memory_used_mib",
     "memory_total_mib",
     "power_w",
@@ -36,9 +44,13 @@ CSV_FIELDS = (
     "process_memory_mib",
 )
 
+# "Kernel" is NVML's GPU-Util: the share of time one or more kernels ran, whatever the number
+# of SMs they used; "SMAct" (GPM) is the share of SMs with work, the figure "Util" is often
+# taken for. The help of `tfopt monitor` and docs/gpu.md say the same.
 _HEADER = (
-    f"{'GPU':>3}  {'Name':<24} {'Util':>5} {'MemU':>5} {'Memory MiB':>15} {'Power W':>11} "
-    f"{'Temp':>5} {'SM MHz':>6} {'Mem MHz':>7} {'Pst':>3} {'Proc':>4}  Flags"
+    f"{'GPU':>3}  {'Name':<24} {'Kernel':>6} {'MemU':>5} {'SMAct':>5} {'SMOcc':>5} "
+    f"{'Tensor':>6} {'DRAM':>5} {'Memory MiB':>15} {'Power W':>11} {'Temp':>5} {'SM MHz':>6} "
+    f"{'Mem MHz':>7} {'Pst':>3} {'Proc':>4}  Flags"
 )
 
 
@@ -50,6 +62,13 @@ def _pair(used: Any, total: Any) -> str:
     if used is None and total is None:
         return NA
     return f"{_na(used)} / {_na(total)}"
+
+
+def _gpm_cell(snapshot: GpuSnapshot, value: float | None) -> str:
+    """A GPM counter's cell: the percent, "n/s" where the GPU has no GPM, else "N/A"."""
+    if value is not None:
+        return f"{value:.0f}%"
+    return NOT_SUPPORTED if snapshot.gpm_supported is False else NA
 
 
 def marks(snapshot: GpuSnapshot, low_util: float = DEFAULT_LOW_UTIL) -> list[str]:
@@ -83,7 +102,9 @@ def format_row(snapshot: GpuSnapshot, low_util: float = DEFAULT_LOW_UTIL) -> str
     power = _pair(None if s.power_w is None else round(s.power_w),
                   None if s.power_limit_w is None else round(s.power_limit_w))
     return (
-        f"{s.index:>3}  {name:<24} {_na(s.gpu_util, '%'):>5} {_na(s.mem_util, '%'):>5} "
+        f"{s.index:>3}  {name:<24} {_na(s.gpu_util, '%'):>6} {_na(s.mem_util, '%'):>5} "
+        f"{_gpm_cell(s, s.sm_active):>5} {_gpm_cell(s, s.sm_occupancy):>5} "
+        f"{_gpm_cell(s, s.tensor_active):>6} {_gpm_cell(s, s.dram_bw_util):>5} "
         f"{_pair(record['memory_used_mib'], record['memory_total_mib']):>15} {power:>11} "
         f"{_na(s.temperature_c, 'C'):>5} {_na(s.sm_clock_mhz):>6} {_na(s.mem_clock_mhz):>7} "
         f"{pstate:>3} {procs:>4}  {' '.join(marks(s, low_util))}"
@@ -120,9 +141,11 @@ def _iso(timestamp: float) -> str:
 
 
 def snapshot_record(snapshot: GpuSnapshot, low_util: float = DEFAULT_LOW_UTIL) -> dict[str, Any]:
-    """A flat record with the CSV_FIELDS keys; None for unsupported fields.
+    """A record with the CSV_FIELDS keys; None for unsupported fields.
 
-    timestamp is ISO 8601 in UTC with milliseconds; memory in MiB; clock_reasons a list.
+    timestamp is ISO 8601 in UTC with milliseconds; memory in MiB; clock_reasons a list; the
+    GPM counters in percent, and ``gpm`` is ``{"supported": bool or None, "reason": why the
+    counters are null, or None}`` (supported None: GPM was not read).
 
     Args:
         snapshot: The GPU reading.
@@ -141,6 +164,9 @@ def snapshot_record(snapshot: GpuSnapshot, low_util: float = DEFAULT_LOW_UTIL) -
         "uuid": s.uuid,
         "gpu_util": s.gpu_util,
         "mem_util": s.mem_util,
+        **{name: None if getattr(s, name) is None else round(getattr(s, name), 1)
+           for name in GPM_FIELDS},
+        "gpm": {"supported": s.gpm_supported, "reason": s.gpm_reason},
         "memory_used_mib": None if s.memory_used is None else s.memory_used >> 20,
         "memory_total_mib": None if s.memory_total is None else s.memory_total >> 20,
         "power_w": s.power_w,
@@ -157,13 +183,24 @@ def snapshot_record(snapshot: GpuSnapshot, low_util: float = DEFAULT_LOW_UTIL) -
     }
 
 
+def _gpm_csv(gpm: dict[str, Any]) -> str:
+    """The gpm record as one cell: "supported", "not supported: why", "supported: why"."""
+    if gpm["supported"] is None:
+        return ""
+    said = "supported" if gpm["supported"] else "not supported"
+    return f"{said}: {gpm['reason']}" if gpm["reason"] else said
+
+
 def to_csv_row(record: dict[str, Any]) -> list[str]:
-    """CSV cells for a record in CSV_FIELDS order: "" for None, reasons joined by ";"."""
+    """CSV cells for a record in CSV_FIELDS order: "" for None, reasons joined by ";", the gpm
+    record in words."""
     cells = []
     for field in CSV_FIELDS:
         value = record[field]
         if value is None:
             cells.append("")
+        elif field == "gpm":
+            cells.append(_gpm_csv(value))
         elif isinstance(value, list):
             cells.append(";".join(value))
         else:

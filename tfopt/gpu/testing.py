@@ -6,6 +6,9 @@ new drivers and pynvml versions: ``new_api=False`` leaves out the newer call nam
 fallbacks), ``driver_lacks`` keeps a name but makes it raise NVML_ERROR_FUNCTION_NOT_FOUND (a new
 pynvml on an old driver), ``FakeGpu.unsupported`` makes fields raise NVML_ERROR_NOT_SUPPORTED, and
 ``init_error`` makes ``nvmlInit`` fail (driver not loaded, version mismatch, library missing).
+``FakeGpu.gpm`` gives a GPU the GPM counters of Hopper and newer (``nvmlGpmQueryDeviceSupport``,
+sample buffers, ``nvmlGpmMetricsGet``), with the values each metrics read returns; without it
+the GPU says it has no GPM, as an A100 does.
 
 Use it by passing ``module=`` or by placing it in ``sys.modules["pynvml"]``.
 
@@ -28,8 +31,11 @@ from tfopt.gpu import nvml as _codes
 
 _GIB = 1 << 30
 
+_INVALID_ARGUMENT = 2
+
 # NVML error codes the fake can raise, with pynvml's class names.
 ERROR_CLASS_NAMES = {
+    _INVALID_ARGUMENT: "NVMLError_InvalidArgument",
     _codes.ERROR_NOT_SUPPORTED: "NVMLError_NotSupported",
     _codes.ERROR_NO_PERMISSION: "NVMLError_NoPermission",
     _codes.ERROR_DRIVER_NOT_LOADED: "NVMLError_DriverNotLoaded",
@@ -41,6 +47,12 @@ ERROR_CLASS_NAMES = {
 }
 _INSUFFICIENT_SIZE = 7
 
+# NVML's GPM metric ids (nvml.h) -> the FakeGpu.gpm key that gives its value. Written out here,
+# not taken from tfopt.gpu.gpm, so that a wrong id there fails the tests.
+FAKE_GPM_METRICS = {2: "sm_active", 3: "sm_occupancy", 5: "tensor_active", 10: "dram_bw_util"}
+_GPM_METRICS_GET_VERSION = 1
+_GPM_METRIC_SLOTS = 98  # the length of nvmlGpmMetricsGet_t.metrics in older nvml.h
+
 
 @dataclasses.dataclass
 class FakeGpu:
@@ -48,7 +60,13 @@ class FakeGpu:
 
     A field given as a list or tuple (gpu_util, power_mw, ...) yields its values in turn, one
     per read, cycling. Field names in ``unsupported`` raise NVML_ERROR_NOT_SUPPORTED; the names
-    are the attribute names below ("power_mw", "clock_reasons", "processes", ...).
+    are the attribute names below ("power_mw", "clock_reasons", "processes", ...), and "gpm"
+    makes ``nvmlGpmQueryDeviceSupport`` itself raise it.
+
+    ``gpm`` maps the GPM counters ("sm_active", "sm_occupancy", "tensor_active",
+    "dram_bw_util") to the percent each metrics read returns (a list cycles); a counter left
+    out reads as NVML_ERROR_NOT_SUPPORTED. None (the default): the GPU has no GPM.
+    ``gpm_sample_error`` is an NVML code ``nvmlGpmSampleGet`` raises (4: no permission).
     """
 
     name: str = "NVIDIA A100-SXM4-40GB"
@@ -71,6 +89,8 @@ class FakeGpu:
     )
     unsupported: frozenset[str] = frozenset()
     lost: bool = False  # the handle cannot be opened (NVML_ERROR_GPU_IS_LOST)
+    gpm: dict[str, Any] | None = None
+    gpm_sample_error: int | None = None
     _cycles: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def read(self, field: str, error_class) -> Any:
@@ -82,6 +102,15 @@ class FakeGpu:
             return next(cycle)
         return value
 
+    def gpm_value(self, counter: str) -> float | None:
+        """The next value of one GPM counter; None when this GPU does not give it."""
+        if self.gpm is None or counter not in self.gpm:
+            return None
+        value = self.gpm[counter]
+        if isinstance(value, (list, tuple)):
+            return next(self._cycles.setdefault(f"gpm:{counter}", itertools.cycle(value)))
+        return value
+
 
 class _Handle:
     def __init__(self, index: int):
@@ -91,6 +120,26 @@ class _Handle:
 class _Struct:
     def __init__(self, **fields):
         self.__dict__.update(fields)
+
+
+class _GpmSample:
+    """An allocated GPM sample buffer: which GPU filled it, and in what order."""
+
+    def __init__(self):
+        self.gpu: int | None = None
+        self.order: int | None = None
+        self.freed = False
+
+
+class _GpmMetricsGet:
+    """nvmlGpmMetricsGet_t's fields, as nvidia-ml-py's ctypes structure has them."""
+
+    def __init__(self):
+        self.version = 0
+        self.numMetrics = 0
+        self.sample1 = self.sample2 = None
+        self.metrics = [_Struct(metricId=0, nvmlReturn=0, value=0.0)
+                        for _ in range(_GPM_METRIC_SLOTS)]
 
 
 def make_fake_nvml(
@@ -121,13 +170,16 @@ def make_fake_nvml(
 
     Returns:
         The module. ``module.calls`` lists the functions called, in order; ``module.gpus`` is
-        the list of FakeGpu; ``module.init_count`` counts nvmlInit minus nvmlShutdown.
+        the list of FakeGpu; ``module.init_count`` counts nvmlInit minus nvmlShutdown;
+        ``module.gpm_buffers`` counts the GPM sample buffers allocated and not yet freed.
+        The GPM calls come with ``new_api`` only (an nvidia-ml-py older than GPM has none).
     """
     module = types.ModuleType("pynvml")
     module.__file__ = "<fake pynvml>"
     module.gpus = list(gpus)
     module.calls = []
     module.init_count = 0
+    module.gpm_buffers = 0
     lacking = frozenset(driver_lacks)
 
     class NVMLError(Exception):
@@ -265,4 +317,61 @@ def make_fake_nvml(
         api("nvmlDeviceGetComputeRunningProcesses_v2")(processes)
         api("nvmlDeviceGetGraphicsRunningProcesses_v3")(no_graphics)
         api("nvmlDeviceGetGraphicsRunningProcesses_v2")(no_graphics)
+        _add_gpm(module, api, gpu, NVMLError)
     return module
+
+
+def _add_gpm(module, api, gpu, error_class) -> None:
+    """The GPM calls of nvidia-ml-py (11.525 and newer), checking what real NVML checks: the
+    struct's version, two samples of one GPU taken in order, buffers freed once."""
+    order = itertools.count()
+    module.c_nvmlGpmMetricsGet_t = _GpmMetricsGet
+    module.NVML_GPM_METRICS_GET_VERSION = _GPM_METRICS_GET_VERSION
+
+    @api("nvmlGpmQueryDeviceSupport")
+    def _support(handle):
+        g = gpu(handle)
+        if "gpm" in g.unsupported:
+            raise error_class(_codes.ERROR_NOT_SUPPORTED)
+        return _Struct(version=1, isSupportedDevice=int(g.gpm is not None))
+
+    @api("nvmlGpmSampleAlloc")
+    def _alloc():
+        module.gpm_buffers += 1
+        return _GpmSample()
+
+    @api("nvmlGpmSampleFree")
+    def _free(sample):
+        if sample.freed:
+            raise error_class(_INVALID_ARGUMENT)
+        sample.freed = True
+        module.gpm_buffers -= 1
+
+    @api("nvmlGpmSampleGet")
+    def _sample(handle, sample):
+        g = gpu(handle)
+        if g.gpm is None:
+            raise error_class(_codes.ERROR_NOT_SUPPORTED)
+        if g.gpm_sample_error is not None:
+            raise error_class(g.gpm_sample_error)
+        if sample.freed:
+            raise error_class(_INVALID_ARGUMENT)
+        sample.gpu, sample.order = handle.index, next(order)
+        return sample
+
+    @api("nvmlGpmMetricsGet")
+    def _metrics(request):
+        first, second = request.sample1, request.sample2
+        if (request.version != _GPM_METRICS_GET_VERSION or first is None or second is None
+                or first.order is None or second.order is None or first.gpu != second.gpu
+                or first.order >= second.order):
+            raise error_class(_INVALID_ARGUMENT)
+        g = module.gpus[first.gpu]
+        for metric in request.metrics[:request.numMetrics]:
+            counter = FAKE_GPM_METRICS.get(metric.metricId)
+            value = None if counter is None else g.gpm_value(counter)
+            if value is None:
+                metric.nvmlReturn, metric.value = _codes.ERROR_NOT_SUPPORTED, 0.0
+            else:
+                metric.nvmlReturn, metric.value = 0, float(value)
+        return request

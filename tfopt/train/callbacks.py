@@ -363,6 +363,10 @@ class InputStallCallback(keras.callbacks.Callback):
 _GPU_FIELDS = {
     "gpu_util": ("util", 1.0),
     "mem_util": ("mem_util", 1.0),
+    "sm_active": ("sm_active", 1.0),
+    "sm_occupancy": ("sm_occupancy", 1.0),
+    "tensor_active": ("tensor_active", 1.0),
+    "dram_bw_util": ("dram_bw_util", 1.0),
     "memory_used": ("memory_mib", 1.0 / (1 << 20)),
     "power_w": ("power_w", 1.0),
     "temperature_c": ("temperature_c", 1.0),
@@ -372,10 +376,17 @@ _GPU_FIELDS = {
 class GpuStatsCallback(keras.callbacks.Callback):
     """Samples the GPUs in a background thread; logs each epoch's mean and max per GPU.
 
-    Keys per GPU i: ``gpu{i}_util_mean``/``_max`` (percent), ``gpu{i}_mem_util_*`` (percent of
+    Keys per GPU i: ``gpu{i}_util_mean``/``_max`` (percent of time one or more kernels ran,
+    nvidia-smi's GPU-Util, however few SMs they used), ``gpu{i}_mem_util_*`` (percent of
     time memory was read or written), ``gpu{i}_memory_mib_*``, ``gpu{i}_power_w_*``,
-    ``gpu{i}_power_percent_*`` (of the enforced limit), ``gpu{i}_temperature_c_*``. A field the
-    GPU does not report is left out. Short epochs get at least one sample, taken at epoch end.
+    ``gpu{i}_power_percent_*`` (of the enforced limit), ``gpu{i}_temperature_c_*``. On a GPU
+    with GPM (Hopper and newer) also the GPU's own counters, percent over each sampling
+    interval: ``gpu{i}_sm_active_*`` (SMs with work), ``gpu{i}_sm_occupancy_*`` (warps
+    resident), ``gpu{i}_tensor_active_*`` (cycles in tensor-core instructions),
+    ``gpu{i}_dram_bw_util_*`` (DRAM bandwidth against its peak); the first sample of a fit
+    starts their interval, so an epoch with one sample may lack them. A field the GPU does not
+    report is left out, never logged as 0. Short epochs get at least one sample, taken at
+    epoch end.
 
     Without NVML or an NVIDIA GPU: one warning at train begin and nothing else. A failure
     while sampling is logged and never stops training.
