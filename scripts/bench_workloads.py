@@ -2,7 +2,8 @@
 same model, data and epochs through ``tfopt.Run``, alternating, in one process.
 
     python scripts/bench_workloads.py [--work bench-workloads] [--workloads a,b]
-                                      [--repeats 1] [--scale 1.0] [--seed 0] [--json OUT]
+                                      [--repeats 1] [--scale 1.0] [--seed 0] [--xla-trial]
+                                      [--json OUT]
 
 The corpus is ``tfopt.bench.workloads`` (each module cites the keras.io or TensorFlow page it
 reproduces and says what it scaled). For each workload the data is made once under --work
@@ -15,7 +16,9 @@ fit serves no other):
   ``run.compile`` with the example's optimizer, loss and metrics, ``run.fit`` for the same
   epochs with the example's callbacks (``run_inputs`` may add an option the example needs,
   with its reason in the workload's module). An arm that fails is recorded with its error and
-  the other workloads go on.
+  the other workloads go on. With ``--xla-trial`` the run is asked to time XLA whatever the
+  epoch's length (``jit_compile="trial"``; its cost is in the fit's time), and the table gives
+  the trial's rate with XLA over the rate without.
 
 A fit's time is whole: build (with the ``adapt`` calls inside the model), compile and fit; the
 inputs step (building the example's pipeline, and its ``adapt`` calls outside the model) is
@@ -68,7 +71,7 @@ def fit_keras(workload, data, epochs: int, seed: int) -> dict:
     return _result(workload, history, built - started, time.perf_counter() - built)
 
 
-def fit_tfopt(workload, data, epochs: int, seed: int) -> dict:
+def fit_tfopt(workload, data, epochs: int, seed: int, xla_trial: bool = False) -> dict:
     import keras
 
     import tfopt
@@ -83,6 +86,8 @@ def fit_tfopt(workload, data, epochs: int, seed: int) -> dict:
     built = time.perf_counter()
     keras.utils.set_random_seed(seed)
     given = workload.run_inputs(inputs)
+    if xla_trial:
+        given["jit_compile"] = "trial"
     options = {field.name for field in dataclasses.fields(RunConfig)}
     unknown = sorted(set(given) - options)
     if unknown:
@@ -101,7 +106,8 @@ def fit_tfopt(workload, data, epochs: int, seed: int) -> dict:
     mfu = history.history.get("mfu")
     result.update(policy=run.plan.policy, steps_per_execution=int(model.steps_per_execution),
                   xla=str(run.plan.jit_compile).lower(), xla_reason=run.plan.xla_reason,
-                  mfu=float(mfu[-1]) if mfu else None)
+                  mfu=float(mfu[-1]) if mfu else None,
+                  xla_trial={str(key).lower(): rate for key, rate in run.xla_trial.items()})
     return result
 
 
@@ -142,7 +148,8 @@ def bench_workload(workload, work: Path, args) -> dict:
               "table": data.info.get("table_kind"),
               "data_seconds": time.perf_counter() - started,
               "arms": {arm: {"runs": []} for arm in ARMS}}
-    fits = {"keras": fit_keras, "tfopt": fit_tfopt}
+    fits = {"keras": fit_keras,
+            "tfopt": lambda *given: fit_tfopt(*given, xla_trial=args.xla_trial)}
     for repeat in range(args.repeats):
         order = ARMS if repeat % 2 == 0 else ARMS[::-1]
         for arm in order:
@@ -177,6 +184,11 @@ def bench_workload(workload, work: Path, args) -> dict:
                 record["arms"][arm]["median_mfu"] = statistics.median(mfus)
             if "xla" in runs[-1]:
                 record["arms"][arm]["xla"] = runs[-1]["xla"]
+                record["arms"][arm]["xla_reason"] = runs[-1]["xla_reason"]
+            gains = [r["xla_trial"]["true"] / r["xla_trial"]["false"] for r in runs
+                     if r.get("xla_trial")]
+            if gains:
+                record["arms"][arm]["median_xla_gain"] = statistics.median(gains)
     return record
 
 
@@ -194,7 +206,7 @@ def table(records: list[dict], repeats: int) -> str:
              "last epoch's validation metric",
              f"{'workload':24s} {'kind':13s} {'keras s':>8s} {'tfopt s':>8s} {'ratio':>6s} "
              f"{'metric':12s} {'keras':>7s} {'tfopt':>7s} {'baseline':>8s} {'xla':>5s} "
-             f"{'mfu %':>6s}"]
+             f"{'mfu %':>6s} {'xla x':>6s}"]
     for record in records:
         keras_arm, tfopt_arm = record["arms"]["keras"], record["arms"]["tfopt"]
         keras_s, tfopt_s = keras_arm.get("median_seconds"), tfopt_arm.get("median_seconds")
@@ -205,7 +217,8 @@ def table(records: list[dict], repeats: int) -> str:
             f"{_cell(keras_arm.get('median_metric'), 4):>7s} "
             f"{_cell(tfopt_arm.get('median_metric'), 4):>7s} {_cell(record['baseline'], 4):>8s} "
             f"{tfopt_arm.get('xla', '-'):>5s} "
-            f"{_cell(_percent(tfopt_arm.get('median_mfu')), 3):>6s}")
+            f"{_cell(_percent(tfopt_arm.get('median_mfu')), 3):>6s} "
+            f"{_cell(tfopt_arm.get('median_xla_gain'), 2):>6s}")
     tables = [(record["name"], record["table"]) for record in records if record.get("table")]
     if tables:
         lines.append("tables read from CSV as:")
@@ -215,9 +228,15 @@ def table(records: list[dict], repeats: int) -> str:
     if skipped:
         lines.append("tfopt arm skipped:")
         lines += [f"  {name}: {reason}" for name, reason in skipped]
+    reasons = [(record["name"], record["arms"]["tfopt"]["xla_reason"]) for record in records
+               if record["arms"]["tfopt"].get("xla_reason")]
+    if reasons:
+        lines.append("xla, tfopt's reason:")
+        lines += [f"  {name}: {reason}" for name, reason in reasons]
     lines.append("ratio: keras s / tfopt s (above 1: tfopt is faster); xla: tfopt's choice "
                  "(auto: Keras's own rule, untried); mfu: tfopt's last epoch, of the CPU's "
-                 "peak for its compute dtype")
+                 "peak for its compute dtype; xla x: the XLA trial's rate with XLA over "
+                 "without (- where none ran)")
     return "\n".join(lines)
 
 
@@ -233,6 +252,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the data and weights [0]")
     parser.add_argument("--epochs", type=int, default=None,
                         help="epochs for every workload [each example's, as scaled]")
+    parser.add_argument("--xla-trial", action="store_true",
+                        help="time XLA in every tfopt fit (jit_compile='trial')")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.workloads.split(",") if name.strip()]

@@ -110,7 +110,14 @@ def test_xla_is_given_tried_where_an_epoch_pays_for_it_or_left_to_keras_and_why(
                       (shards, "synthetic images")):
         assert plan.jit_compile == "auto" and "Keras's 'auto'" in plan.xla_reason
         assert why in plan.xla_reason
-    with pytest.raises(InvalidArgumentError, match="jit_compile"):
+    # asked for: timed whatever the epoch's length, but never where a trial cannot run
+    asked = config.replace(jit_compile="trial")
+    assert plan_run(asked, dataclasses.replace(passes, steps_per_epoch=20)).jit_compile is None
+    for facts in (dataclasses.replace(passes, workers=2), FACTS):
+        assert plan_run(asked, facts).jit_compile == "auto"
+    assert plan_run(asked, dataclasses.replace(passes, variable_axes=("x axis 1",))
+                    ).jit_compile is False
+    with pytest.raises(InvalidArgumentError, match="jit_compile.*'trial'"):
         RunConfig("s", jit_compile="yes")
 
 
@@ -575,3 +582,32 @@ def test_killed_with_the_workdir_then_deleted_the_rerun_resumes_from_copy_to(sha
     assert f"resume       from the backup of epoch 1 in {copy}" in described
     assert "positioned for epoch" not in done.stderr  # the stream was placed for that epoch
     assert weights == reference  # bit for bit, from the copy alone
+
+
+def test_mfu_is_over_the_gpus_datasheet_peak_and_none_for_a_gpu_the_table_lacks(monkeypatch):
+    # the machine has no GPU: TensorFlow's device list and details are what is faked
+    import tensorflow as tf
+
+    from tfopt.gpu.peak import gpu_peak
+    from tfopt.run.runner import _device_peak
+
+    gpus = [tf.config.PhysicalDevice(f"/physical_device:GPU:{i}", "GPU") for i in range(2)]
+    names = {gpus[0]: "NVIDIA H100 80GB HBM3", gpus[1]: "NVIDIA H100 80GB HBM3"}
+    monkeypatch.setattr(tf.config, "list_physical_devices",
+                        lambda kind=None: gpus if kind == "GPU" else [])
+    monkeypatch.setattr(tf.config.experimental, "get_device_details",
+                        lambda device: {"device_name": names[device]})
+    peak, _ = _device_peak(workers=1, replicas=2, gpus=2)
+    h100 = gpu_peak("NVIDIA H100 80GB HBM3")
+    assert peak.for_dtype("mixed_bfloat16") == 2 * h100.for_dtype("bfloat16")
+    assert peak.for_dtype("float32") == 2 * h100.for_dtype("tensorfloat32")  # TF32 is on
+    one, _ = _device_peak(workers=1, replicas=1, gpus=2)  # a one-device strategy
+    assert one.for_dtype("bfloat16") == h100.for_dtype("bfloat16")
+    names[gpus[0]] = "NVIDIA A10G"
+    peak, why = _device_peak(workers=1, replicas=1, gpus=2)
+    assert peak is None and "NVIDIA A10G is not in tfopt's table of GPU peaks" in why
+    peak, why = _device_peak(workers=2, replicas=2, gpus=2)
+    assert peak is None and "workers of a cluster" in why
+    monkeypatch.undo()
+    cpu, _ = _device_peak(workers=1, replicas=1, gpus=0)
+    assert cpu is not None and cpu.for_dtype("float32") > 0  # this machine's own flags

@@ -169,6 +169,39 @@ def test_xla_stays_off_for_layers_it_cannot_compile_and_batches_that_change_shap
     assert varying.plan.jit_compile is False and "x axis 1" in varying.plan.xla_reason
 
 
+def test_a_trial_asked_for_times_xla_on_a_short_epoch_unless_the_model_cannot_be_copied(tf):
+    import tfopt
+
+    x, y = signal(64)  # 8 steps an epoch: too short for a trial unless asked for
+    asked = tfopt.Run((x, y), batch_size=8, validation=None, jit_compile="trial")
+    compile_and_fit(asked, epochs=1)
+    assert set(asked.xla_trial) == {False, True} and all(asked.xla_trial.values())
+    assert asked.plan.jit_compile in (True, False) and "examples/s with XLA" in asked.plan.xla_reason
+
+    class Scale(keras.layers.Layer):  # a config that does not rebuild it
+        def __init__(self, factor, **kwargs):
+            super().__init__(**kwargs)
+            self.factor = factor
+
+        def get_config(self):  # leaves its own argument out
+            return {"name": self.name}
+
+        def call(self, inputs):
+            return inputs * self.factor
+
+    def custom():
+        inputs = keras.Input((6,))
+        return keras.Model(inputs, keras.layers.Dense(2)(Scale(2.0)(inputs)))
+
+    uncopied = tfopt.Run((x, y), batch_size=8, validation=None, jit_compile="trial",
+                         steps_per_execution="auto")
+    _, history = compile_and_fit(uncopied, epochs=1, model_fn=custom)
+    assert len(history.history["loss"]) == 1  # trained all the same
+    assert uncopied.plan.jit_compile == "auto" and not uncopied.xla_trial
+    assert "clone_model cannot copy it (TypeError" in uncopied.plan.xla_reason
+    assert "get_config" in uncopied.describe()
+
+
 class Interrupt(Exception):
     pass
 

@@ -72,6 +72,13 @@ TRAIN_SCRIPT = textwrap.dedent(f"""
         frame["target"] = y
         run = tfopt.Run(frame, label="target", batch_size=16, validation=0.25,
                         workdir=workdir, seed=1)
+    elif kind == "late":  # a dataset made first: too late for the workers' collective ops
+        train_ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
+        try:
+            run = tfopt.Run(train_ds, validation=None, workdir=workdir)
+        except tfopt.errors.InvalidArgumentError as error:
+            print("REFUSED", error, flush=True)
+            sys.exit(3)
     else:
         # under several workers the strategy comes before the first TensorFlow op (docs/run.md)
         tfopt.select_strategy()
@@ -249,6 +256,19 @@ def test_each_source_trains_under_tfopt_launch_on_two_workers(reference, kind):
     assert [int(row["epoch"]) for row in rows] == list(range(EPOCHS))
     assert all(math.isfinite(float(row["loss"])) for row in rows), rows
     assert all(math.isfinite(float(row["val_loss"])) for row in rows), rows
+
+
+@pytest.mark.slow
+@pytest.mark.alone
+def test_a_dataset_made_before_the_strategy_is_refused_with_the_way_out(script, tmp_path):
+    workdir = tmp_path / "run"
+    job = launch(script, "late", workdir, tmp_path / "out")
+    assert job.returncode != 0, job.tail()
+    for index in (0, 1):
+        refused = job.tagged(index, "REFUSED")
+        assert refused and "call tfopt.select_strategy() at the top of the script" in refused[0], \
+            job.tail()
+    assert not workdir.exists() or not any(workdir.iterdir())  # nothing written
 
 
 @pytest.mark.slow

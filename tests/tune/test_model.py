@@ -34,3 +34,46 @@ def test_load_model_spec_errors_name_the_spec(model_module):
         load_model_spec(f"{model_module}:nope")
     with pytest.raises(InvalidArgumentError, match="expected a compiled Keras model"):
         load_model_spec(f"{model_module}:uncompiled")
+
+
+def test_copy_model_shares_weightless_lambdas_and_refuses_what_keras_cannot_rebuild(tf):
+    import keras
+    import numpy as np
+
+    from tfopt.tune.model import copy_model
+
+    inputs = keras.Input((4,))
+    doubled = keras.layers.Lambda(lambda v: v * 2.0, name="double")(inputs)
+    inner = keras.Sequential([keras.Input((4,)), keras.layers.Lambda(lambda v: v + 1.0),
+                              keras.layers.Dense(3)])
+    model = keras.Model(inputs, keras.layers.Dense(2)(inner(doubled)))
+    copy = copy_model(model)  # clone_model alone refuses the Python lambdas
+    assert copy is not model and len(copy.weights) == len(model.weights)
+    copy.set_weights(model.get_weights())
+    batch = np.arange(8, dtype="float32").reshape(2, 4)
+    np.testing.assert_allclose(copy(batch), model(batch), rtol=1e-6)
+
+    class Scale(keras.layers.Layer):  # as keras.io's examples write them: no **kwargs
+        def __init__(self, factor):
+            super().__init__()
+            self.factor = factor
+
+        def call(self, inputs):
+            return inputs * self.factor
+
+    scaled = copy_model(keras.Model(inputs, Scale(3.0)(inputs)))
+    assert scaled.layers[-1].factor == 3.0  # rebuilt from its own arguments
+
+    class Hidden(keras.layers.Layer):  # a config that does not rebuild it
+        def __init__(self, factor, **kwargs):
+            super().__init__(**kwargs)
+            self.factor = factor
+
+        def get_config(self):  # leaves its own argument out
+            return {"name": self.name}
+
+        def call(self, inputs):
+            return inputs * self.factor
+
+    with pytest.raises(TypeError, match="factor"):
+        copy_model(keras.Model(inputs, Hidden(3.0)(inputs)))

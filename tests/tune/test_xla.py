@@ -18,6 +18,14 @@ def test_layers_that_cannot_compile_are_named(tf):
     assert xla_blockers(model) == ["words"]
     plain = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     assert xla_blockers(plain) == []
+    # tfopt's own augmentation layer compiles (tests/data/test_augment_layer.py): no blocker,
+    # where Keras's RandomRotation-type layers are
+    from tfopt.data.augment.layer import Augment
+
+    images = keras.Input((32, 32, 3), dtype="uint8")
+    augmented = Augment(output_size=24, random_crop=True, horizontal_flip=0.5, seed=0)(images)
+    pooled = keras.layers.GlobalAveragePooling2D()(augmented)
+    assert xla_blockers(keras.Model(images, keras.layers.Dense(2)(pooled))) == []
 
 
 def test_axes_of_unknown_size_ragged_and_sparse_parts_are_named(tf):

@@ -16,6 +16,7 @@ from tfopt._validate import choice, fail, is_bool, is_int, optional_whole_number
 __all__ = ["AUTO", "BatchNorm", "RunConfig"]
 
 AUTO = "auto"
+TRIAL = "trial"  # jit_compile: time XLA whatever the epoch's length
 DEFAULT_BATCH_SIZE = 64  # per replica, where the data brings no batch of its own
 
 
@@ -57,8 +58,11 @@ class RunConfig:
         steps_per_execution: "auto" (a trial, when an epoch is long enough to pay for it;
             cached in ``workdir``) or a number of steps per compiled call. Defaults to "auto".
         jit_compile: "auto" (XLA tried at compile on the user's batches, beside the
-            steps_per_execution trial, and kept only where it is faster; cached in
-            ``workdir``), True or False (Keras's ``jit_compile``). Defaults to "auto".
+            steps_per_execution trial, where an epoch is long enough to pay for the trial, and
+            kept only where it is faster; cached in ``workdir``), "trial" (the same trial
+            whatever the epoch's length: for short fits run again and again on one
+            ``workdir``, which pay for it once), True or False (Keras's ``jit_compile``).
+            Defaults to "auto".
         effective_batch_size: Examples per optimizer update over all replicas, a multiple of
             the global batch: gradients are accumulated over the micro-batches in between.
             Defaults to None (one update per step).
@@ -137,8 +141,8 @@ class RunConfig:
         if self.steps_per_execution != AUTO:
             set_field("steps_per_execution", whole_number(
                 self.steps_per_execution, "steps_per_execution", 1, "'auto' or an int >= 1"))
-        if not (is_bool(self.jit_compile) or self.jit_compile == AUTO):
-            raise fail("jit_compile", self.jit_compile, "'auto', True or False")
+        if not (is_bool(self.jit_compile) or self.jit_compile in (AUTO, TRIAL)):
+            raise fail("jit_compile", self.jit_compile, "'auto', 'trial', True or False")
         set_field("effective_batch_size", optional_whole_number(
             self.effective_batch_size, "effective_batch_size", 1))
         if not (is_bool(self.cache) or isinstance(self.cache, (str, os.PathLike))):

@@ -11,7 +11,7 @@ import dataclasses
 import enum
 
 from tfopt.errors import InvalidArgumentError
-from tfopt.run.config import AUTO, BatchNorm, RunConfig
+from tfopt.run.config import AUTO, TRIAL, BatchNorm, RunConfig
 
 __all__ = ["RunFacts", "RunPlan", "SpeSource", "calls_that_divide", "divide_epoch",
            "plan_jit_compile", "plan_run"]
@@ -61,6 +61,9 @@ class RunFacts:
             (:func:`tfopt.tune.xla.variable_axes`); () when it cannot.
         cached_jit_compile: An earlier XLA trial's choice for the same model, batch, policy
             and steps_per_execution, read from the workdir; None when there is none.
+        copy_refused: Why ``keras.models.clone_model`` cannot copy the model (the trials
+            time copies: a custom layer whose ``get_config`` does not give back its
+            constructor's arguments, say); None when it can, or before a model is compiled.
     """
 
     replicas: int
@@ -81,6 +84,7 @@ class RunFacts:
     epoch_is_pass: bool = False
     variable_axes: tuple[str, ...] = ()
     cached_jit_compile: bool | None = None
+    copy_refused: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +183,9 @@ def _wanted_steps_per_execution(config: RunConfig,
     if facts.cached_steps_per_execution is not None:
         return (facts.cached_steps_per_execution, SpeSource.CACHED,
                 "an earlier trial's choice for this model, batch and policy (from the workdir)")
+    if facts.copy_refused is not None:
+        return SPE_UNTRIED, SpeSource.UNTRIED, (
+            f"{SPE_UNTRIED}, untried: {_COPY_REFUSED.format(facts.copy_refused)}")
     if facts.workers > 1:
         return SPE_UNTRIED, SpeSource.UNTRIED, (
             f"{SPE_UNTRIED}, untried: a trial under several workers would time collective "
@@ -196,6 +203,10 @@ def _wanted_steps_per_execution(config: RunConfig,
     return None, SpeSource.TRIAL, "timed by a trial at compile (1, 4 and 16 steps per call)"
 
 
+_COPY_REFUSED = ("the trials time copies of the model, and keras.models.clone_model cannot copy "
+                 "it ({}); give the custom layer a get_config that returns its constructor's "
+                 "arguments")
+
 KERAS_AUTO_XLA = ("Keras's 'auto': XLA on a GPU without a strategy where every layer "
                   "supports it, else off")
 
@@ -203,8 +214,9 @@ KERAS_AUTO_XLA = ("Keras's 'auto': XLA on a GPU without a strategy where every l
 def plan_jit_compile(config: RunConfig,
                      facts: RunFacts) -> tuple[bool | str | None, str]:
     """``jit_compile`` and why: given, off for batches that change shape, an earlier trial's,
-    Keras's "auto" where no trial pays or can run, else None (a trial at compile)."""
-    if config.jit_compile != AUTO:
+    Keras's "auto" where no trial pays (unless a trial was asked for) or can run, else None
+    (a trial at compile)."""
+    if config.jit_compile not in (AUTO, TRIAL):
         return config.jit_compile, "given"
     if facts.variable_axes:
         shown = ", ".join(facts.variable_axes[:3])
@@ -213,15 +225,20 @@ def plan_jit_compile(config: RunConfig,
     if facts.cached_jit_compile is not None:
         return facts.cached_jit_compile, ("an earlier trial's choice for this model, batch, "
                                           "policy and steps per call (from the workdir)")
+    if facts.copy_refused is not None:
+        return AUTO, f"untried, {KERAS_AUTO_XLA}: {_COPY_REFUSED.format(facts.copy_refused)}"
     if facts.workers > 1:
         return AUTO, (f"untried, {KERAS_AUTO_XLA}: a trial under several workers would time "
                       "collective steps on each, and the workers could choose differently")
     if not facts.epoch_is_pass:
         return AUTO, (f"untried, {KERAS_AUTO_XLA}: the trial times the user's own batches, "
                       "and shards' trial feeds synthetic images")
+    if config.jit_compile == TRIAL:
+        return None, ("timed by a trial at compile, with and without XLA (asked for: "
+                      "jit_compile='trial')")
     if facts.steps_per_epoch is None or facts.steps_per_epoch < facts.trial_steps:
         return AUTO, (f"untried, {KERAS_AUTO_XLA}: no trial pays for itself in an epoch "
-                      "this short")
+                      "this short (jit_compile='trial' times it all the same)")
     return None, "timed by a trial at compile, with and without XLA"
 
 

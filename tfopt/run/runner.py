@@ -30,7 +30,7 @@ from tfopt.distribute.cluster import cluster_info
 from tfopt.distribute.strategy import StrategyPlan, plan_strategy, select_strategy
 from tfopt.errors import InvalidArgumentError
 from tfopt.gpu.hardware import cpu_features
-from tfopt.gpu.peak import cpu_peak
+from tfopt.gpu.peak import PeakFlops, cpu_peak, gpus_peak
 from tfopt.records.format.layout import resolve_dataset
 from tfopt.records.format.tfrecord import tf_compression_type
 from tfopt.run.config import AUTO, BatchNorm, RunConfig
@@ -73,6 +73,7 @@ from tfopt.train.precision import (
     recurrent_layers,
 )
 from tfopt.train.sync_batch_norm import synchronize_batch_norm
+from tfopt.tune.model import copy_model
 from tfopt.tune.steps_per_execution import (
     HALF_PRECISION_GAIN,
     trial_steps,
@@ -132,6 +133,24 @@ class _ResumeCheck(keras.callbacks.Callback):
                 "uninterrupted run's", restored + 1, self.expected_epoch + 1)
 
 
+def _device_peak(workers: int, replicas: int, gpus: int) -> tuple[PeakFlops | None, str]:
+    """MFU's denominator for this worker's step, or None and why there is none."""
+    if workers > 1:
+        # one worker's examples over one worker's peak would need every worker's devices
+        return None, "none: the workers of a cluster may share cores or differ in them"
+    if not gpus:
+        peak = cpu_peak(cpu_features(), usable_cores())
+        return peak, "none: this CPU reports no clock (neither /proc/cpuinfo nor cpufreq)"
+    devices = tf.config.list_physical_devices("GPU")[:replicas]
+    names = [tf.config.experimental.get_device_details(device).get("device_name", device.name)
+             for device in devices]
+    peak = gpus_peak(names, tensorfloat32=tf.config.experimental
+                     .tensor_float_32_execution_enabled())
+    unknown = ", ".join(dict.fromkeys(names))
+    return peak, (f"none: {unknown} is not in tfopt's table of GPU peaks "
+                  "(tfopt.gpu.peak.GPU_DATASHEETS); no peak is better than a guessed one")
+
+
 class Run:
     """One object for the common job: train a Keras model the tfopt way, on TFRecord shards,
     NumPy arrays, a DataFrame or a ``tf.data.Dataset``.
@@ -179,10 +198,7 @@ class Run:
                   else PolicyChoice(config.precision, "given"))
         global_batch = config.per_replica_batch * replicas
         cluster = cluster_info()
-        # MFU's denominator: this machine's CPU (no GPU table yet), one worker's only, as
-        # the workers of a cluster may share cores or differ in them
-        self._peak = (cpu_peak(cpu_features(), usable_cores())
-                      if not self._gpus and cluster.workers == 1 else None)
+        self._peak, self._no_peak = _device_peak(cluster.workers, replicas, self._gpus)
         self._data: MemoryData | DatasetData | None = None
         self._train_builder: PipelineBuilder | None = None
         if is_in_memory_or_dataset(source):
@@ -422,12 +438,10 @@ class Run:
         return "\n".join(lines)
 
     def _mfu_line(self) -> str:
-        if self._peak is not None:
-            return ("the model's FLOPs counted at fit, over the CPU's peak from its own flags "
-                    "and clock (run.peak has the figures and their basis; history.csv's mfu)")
-        if self._gpus:
-            return "none: no table of GPU peaks yet"
-        return "none: the workers of a cluster may share cores or differ in them"
+        if self._peak is None:
+            return self._no_peak
+        return (f"the model's FLOPs counted at fit, over the peak of {self._peak.device} "
+                "(run.peak has the figures and their basis; history.csv's mfu)")
 
     def _data_lines(self) -> list[str]:
         if self._data is None:
@@ -514,6 +528,7 @@ class Run:
             self._data.check(model)  # a DataFrame's columns this model cannot take: refused now
         with self._entered():
             self._rewrite_batch_norm(model)
+            self._check_model_copies(model)
             self._keep_recurrent_untried_in_float32(model)
             if self.plan.policy != "float32":
                 self._precision_changes = keep_outputs_float32(model)
@@ -802,11 +817,23 @@ class Run:
     def _clone(self, model, policy=None):
         """A copy of ``model`` for a trial: new weights, the run's policy (or ``policy``), its
         batch norm rewritten as the run's."""
-        copy = keras.models.clone_model(model)
+        copy = copy_model(model)
         if policy is not None and policy != self.plan.policy:
             compute_in(copy, policy)
         self._rewrite_batch_norm(copy)
         return copy
+
+    def _check_model_copies(self, model) -> None:
+        """Where a trial is planned, make sure the model can be copied for it; where it cannot,
+        replan without trials (named in ``describe()``) instead of failing the compile."""
+        if self.plan.spe_source is not SpeSource.TRIAL and self.plan.jit_compile is not None:
+            return
+        try:
+            copy_model(model)
+        except (TypeError, ValueError, NotImplementedError, KeyError) as error:
+            text = " ".join(str(error).split())
+            self._replan(copy_refused=f"{type(error).__name__}: {text[:160]}"
+                                      f"{'...' if len(text) > 160 else ''}")
 
     def _resolve_jit_compile(self, model, spe: int, optimizer, loss, metrics,
                              compile_options) -> bool | str:

@@ -1,7 +1,9 @@
 """The model under trial: loading a ``module:function`` spec, checking it is compiled, random
-batches of its shapes, and its state saved before trials and put back after them.
+batches of its shapes, copies of it for trials, and its state saved before trials and put back
+after them.
 
-Imports no TensorFlow (NumPy only, inside :func:`synthetic_batch`).
+Imports no TensorFlow at import (NumPy inside :func:`synthetic_batch`, Keras inside
+:func:`copy_model`).
 
 Example:
     >>> model = load_model_spec("my_project.models:build_classifier")
@@ -18,7 +20,8 @@ import sys
 
 from tfopt.errors import InvalidArgumentError
 
-__all__ = ["ModelState", "check_compiled", "load_model_spec", "split_spec", "synthetic_batch"]
+__all__ = ["ModelState", "check_compiled", "copy_model", "load_model_spec", "split_spec",
+           "synthetic_batch"]
 
 
 def check_compiled(model, function: str) -> None:
@@ -32,6 +35,54 @@ def check_compiled(model, function: str) -> None:
         raise InvalidArgumentError(
             f"{function}(model): model {getattr(model, 'name', '')!r} is not compiled; call "
             "model.compile(optimizer, loss) first (the trials train it)")
+
+
+def copy_model(model):
+    """A copy of ``model`` with new weights, as ``keras.models.clone_model`` makes one, for a
+    trial. A ``Lambda`` layer without weights is shared, not rebuilt: Keras refuses to rebuild
+    a Python lambda from its config outside its unsafe mode, and a stateless layer called in
+    two models computes the same in each. A custom layer whose constructor takes no
+    ``**kwargs`` is rebuilt from the arguments it takes.
+
+    Raises:
+        TypeError, ValueError, NotImplementedError, KeyError: What Keras raises for a layer it
+            cannot rebuild from its config (a custom layer whose ``get_config`` does not give
+            back its constructor's arguments).
+    """
+    import keras
+
+    def copy_layer(layer):
+        if isinstance(layer, keras.layers.Lambda) and not layer.weights:
+            return layer
+        config = layer.get_config()
+        try:
+            return layer.__class__.from_config(config)
+        except TypeError as refused:
+            return _rebuild_without_base_arguments(layer, config, refused)
+
+    try:
+        return keras.models.clone_model(model, clone_function=copy_layer, recursive=True)
+    except ValueError:
+        # a subclassed model takes no clone_function: Keras copies it whole from its config
+        return keras.models.clone_model(model)
+
+
+def _rebuild_without_base_arguments(layer, config, refused: TypeError):
+    """A custom layer rebuilt from the arguments its own constructor takes.
+
+    Keras adds the base layer's ``trainable`` and ``dtype`` to every layer's config, and a
+    constructor written without ``**kwargs`` (as keras.io's examples write their custom
+    layers) refuses them: those two are set on the new layer instead.
+    """
+    import inspect
+
+    parameters = inspect.signature(type(layer).__init__).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        raise refused  # the base arguments were not what it refused
+    copy = type(layer)(**{key: value for key, value in config.items() if key in parameters})
+    copy.dtype_policy = layer.dtype_policy
+    copy.trainable = layer.trainable
+    return copy
 
 
 def split_spec(spec) -> tuple[str, str]:
