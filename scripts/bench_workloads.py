@@ -71,7 +71,10 @@ def fit_keras(workload, data, epochs: int, seed: int) -> dict:
     return _result(workload, history, built - started, time.perf_counter() - built)
 
 
-def fit_tfopt(workload, data, epochs: int, seed: int, xla_trial: bool = False) -> dict:
+def fit_tfopt(workload, data, epochs: int, seed: int, xla_trial: bool = False,
+              jit_compile=None) -> dict:
+    """``jit_compile``: what the run is given (None: tfopt's default; ``xla_trial`` gives
+    "trial")."""
     import keras
 
     import tfopt
@@ -88,6 +91,8 @@ def fit_tfopt(workload, data, epochs: int, seed: int, xla_trial: bool = False) -
     given = workload.run_inputs(inputs)
     if xla_trial:
         given["jit_compile"] = "trial"
+    if jit_compile is not None:
+        given["jit_compile"] = jit_compile
     options = {field.name for field in dataclasses.fields(RunConfig)}
     unknown = sorted(set(given) - options)
     if unknown:

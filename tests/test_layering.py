@@ -37,6 +37,7 @@ LAYERS = {
     "tfopt.models": "models",
     "tfopt.tune": "tune",
     "tfopt.run": "run",
+    "tfopt.profile": "profile",
     "tfopt.bench": "bench",
     "tfopt.cli": "cli",
     "tfopt.__main__": "cli",
@@ -56,10 +57,11 @@ ALLOWED = {
     "train": {"foundation", "rules", "gpu", "data", "distribute", "models"},
     "tune": {"foundation", "rules", "gpu", "data", "models", "train"},
     "run": {"foundation", "rules", "gpu", "records", "distribute", "data", "train", "tune"},
+    "profile": {"foundation", "rules", "gpu", "data", "analysis", "models", "train", "tune"},
     "bench": {"foundation", "rules", "gpu", "records", "distribute", "data", "analysis", "models",
               "train", "tune", "run"},
     "cli": {"foundation", "rules", "gpu", "records", "distribute", "data", "analysis", "models",
-            "train", "tune", "run", "bench"},
+            "train", "tune", "run", "profile", "bench"},
     "api": {"foundation"},
 }
 

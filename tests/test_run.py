@@ -589,7 +589,7 @@ def test_mfu_is_over_the_gpus_datasheet_peak_and_none_for_a_gpu_the_table_lacks(
     import tensorflow as tf
 
     from tfopt.gpu.peak import gpu_peak
-    from tfopt.run.runner import _device_peak
+    from tfopt.train.flops import device_peak
 
     gpus = [tf.config.PhysicalDevice(f"/physical_device:GPU:{i}", "GPU") for i in range(2)]
     names = {gpus[0]: "NVIDIA H100 80GB HBM3", gpus[1]: "NVIDIA H100 80GB HBM3"}
@@ -597,17 +597,17 @@ def test_mfu_is_over_the_gpus_datasheet_peak_and_none_for_a_gpu_the_table_lacks(
                         lambda kind=None: gpus if kind == "GPU" else [])
     monkeypatch.setattr(tf.config.experimental, "get_device_details",
                         lambda device: {"device_name": names[device]})
-    peak, _ = _device_peak(workers=1, replicas=2, gpus=2)
+    peak, _ = device_peak(workers=1, replicas=2, gpus=2)
     h100 = gpu_peak("NVIDIA H100 80GB HBM3")
     assert peak.for_dtype("mixed_bfloat16") == 2 * h100.for_dtype("bfloat16")
     assert peak.for_dtype("float32") == 2 * h100.for_dtype("tensorfloat32")  # TF32 is on
-    one, _ = _device_peak(workers=1, replicas=1, gpus=2)  # a one-device strategy
+    one, _ = device_peak(workers=1, replicas=1, gpus=2)  # a one-device strategy
     assert one.for_dtype("bfloat16") == h100.for_dtype("bfloat16")
     names[gpus[0]] = "NVIDIA A10G"
-    peak, why = _device_peak(workers=1, replicas=1, gpus=2)
+    peak, why = device_peak(workers=1, replicas=1, gpus=2)
     assert peak is None and "NVIDIA A10G is not in tfopt's table of GPU peaks" in why
-    peak, why = _device_peak(workers=2, replicas=2, gpus=2)
+    peak, why = device_peak(workers=2, replicas=2, gpus=2)
     assert peak is None and "workers of a cluster" in why
     monkeypatch.undo()
-    cpu, _ = _device_peak(workers=1, replicas=1, gpus=0)
+    cpu, _ = device_peak(workers=1, replicas=1, gpus=0)
     assert cpu is not None and cpu.for_dtype("float32") > 0  # this machine's own flags

@@ -11,7 +11,8 @@ that removes or changes one fails there, by name, before it fails a user.
 The modules beside this one hold the code that touches the names, one per owner:
 ``keras_model`` (layers, fit's initial epoch, metric direction, weights in memory),
 ``keras_optimizer`` (accumulation under mirrored strategies), ``keras_trainer`` (the
-multi-worker fit fix), ``tf_runtime`` (datasets, strategies, kernels, the tf.data service).
+multi-worker fit fix), ``keras_data`` (the batches fit reads), ``tf_runtime`` (datasets,
+strategies, kernels, the tf.data service).
 """
 
 from __future__ import annotations
@@ -231,6 +232,12 @@ INTERNALS: tuple[Internal, ...] = (
              "a resumed multi-worker fit shuffles differently from an uninterrupted one",
              _name_in("keras.src.trainers.epoch_iterator", "EpochIterator", "_get_iterator"),
              ("self",)),
+    Internal("keras.src.trainers.data_adapters.get_data_adapter", "tfopt profile reads the "
+             "batches a script's fit reads (arrays, DataFrames, generators) to time its step "
+             "apart from its input", "tfopt profile cannot split a step into input and compute",
+             _name_in("keras.src.trainers.data_adapters", "get_data_adapter"),
+             ("x", "y", "sample_weight", "batch_size", "steps_per_epoch", "shuffle",
+              "class_weight")),
     Internal("tf.data.Dataset._variant_tensor", "tfopt.analyze serialises a dataset's graph",
              "tfopt.analyze and tfopt.optimize stop with an error", _sample_dataset_variant),
     Internal("tensorflow.python.framework.op_def_registry.get", "which dataset ops are "

@@ -19,7 +19,7 @@ from tfopt.cli._common import TfoptGroup
 
 _COMMAND_MODULES = ("tfopt.cli.records", "tfopt.cli.bench", "tfopt.cli.tune", "tfopt.cli.launch",
                     "tfopt.cli.service", "tfopt.cli.gpu", "tfopt.cli.analyze",
-                   "tfopt.cli.backups")
+                   "tfopt.cli.backups", "tfopt.cli.profile")
 
 
 @click.group(cls=TfoptGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100, "terminal_width": 100})

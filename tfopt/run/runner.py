@@ -22,15 +22,12 @@ import tensorflow as tf
 
 from tfopt._internals.keras_model import initial_epoch
 from tfopt._internals.tf_runtime import op_determinism_enabled
-from tfopt._system import usable_cores
 from tfopt.data.augment.layer import Augment
 from tfopt.data.inputs import is_in_memory_or_dataset
 from tfopt.data.pipeline import PipelineBuilder
 from tfopt.distribute.cluster import cluster_info
 from tfopt.distribute.strategy import StrategyPlan, plan_strategy, select_strategy
 from tfopt.errors import InvalidArgumentError
-from tfopt.gpu.hardware import cpu_features
-from tfopt.gpu.peak import PeakFlops, cpu_peak, gpus_peak
 from tfopt.records.format.layout import resolve_dataset
 from tfopt.records.format.tfrecord import tf_compression_type
 from tfopt.run.config import AUTO, BatchNorm, RunConfig
@@ -62,6 +59,7 @@ from tfopt.train.callbacks import (
     ThroughputCallback,
     training_callbacks,
 )
+from tfopt.train.flops import device_peak
 from tfopt.train.fused_batch_norm import fuse_batch_norm
 from tfopt.train.precision import (
     PolicyChoice,
@@ -133,24 +131,6 @@ class _ResumeCheck(keras.callbacks.Callback):
                 "uninterrupted run's", restored + 1, self.expected_epoch + 1)
 
 
-def _device_peak(workers: int, replicas: int, gpus: int) -> tuple[PeakFlops | None, str]:
-    """MFU's denominator for this worker's step, or None and why there is none."""
-    if workers > 1:
-        # one worker's examples over one worker's peak would need every worker's devices
-        return None, "none: the workers of a cluster may share cores or differ in them"
-    if not gpus:
-        peak = cpu_peak(cpu_features(), usable_cores())
-        return peak, "none: this CPU reports no clock (neither /proc/cpuinfo nor cpufreq)"
-    devices = tf.config.list_physical_devices("GPU")[:replicas]
-    names = [tf.config.experimental.get_device_details(device).get("device_name", device.name)
-             for device in devices]
-    peak = gpus_peak(names, tensorfloat32=tf.config.experimental
-                     .tensor_float_32_execution_enabled())
-    unknown = ", ".join(dict.fromkeys(names))
-    return peak, (f"none: {unknown} is not in tfopt's table of GPU peaks "
-                  "(tfopt.gpu.peak.GPU_DATASHEETS); no peak is better than a guessed one")
-
-
 class Run:
     """One object for the common job: train a Keras model the tfopt way, on TFRecord shards,
     NumPy arrays, a DataFrame or a ``tf.data.Dataset``.
@@ -198,7 +178,7 @@ class Run:
                   else PolicyChoice(config.precision, "given"))
         global_batch = config.per_replica_batch * replicas
         cluster = cluster_info()
-        self._peak, self._no_peak = _device_peak(cluster.workers, replicas, self._gpus)
+        self._peak, self._no_peak = device_peak(cluster.workers, replicas, self._gpus)
         self._data: MemoryData | DatasetData | None = None
         self._train_builder: PipelineBuilder | None = None
         if is_in_memory_or_dataset(source):

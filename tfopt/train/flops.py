@@ -21,9 +21,12 @@ from collections.abc import Mapping
 import numpy as np
 
 from tfopt._internals.keras_model import all_layers
+from tfopt._system import usable_cores
 from tfopt.errors import InvalidArgumentError
+from tfopt.gpu.hardware import cpu_features
+from tfopt.gpu.peak import PeakFlops, cpu_peak, gpus_peak
 
-__all__ = ["ModelFlops", "TRAINING_PASSES", "model_flops"]
+__all__ = ["ModelFlops", "TRAINING_PASSES", "device_peak", "model_flops"]
 
 # forward, and the backward pass's two products per forward product (gradients of the inputs
 # and of the weights)
@@ -372,3 +375,24 @@ def model_flops(model, example=None) -> ModelFlops:
                 object.__delattr__(layer, "call")
     return ModelFlops(forward=sum(counted.values()), by_layer=counted,
                       uncounted=tuple(dict.fromkeys(uncounted)))
+
+
+def device_peak(workers: int, replicas: int, gpus: int) -> tuple[PeakFlops | None, str]:
+    """MFU's denominator for this worker's step (the CPU's, or the sum of the GPUs its
+    ``replicas`` use), or None and why there is none."""
+    import tensorflow as tf
+
+    if workers > 1:
+        # one worker's examples over one worker's peak would need every worker's devices
+        return None, "none: the workers of a cluster may share cores or differ in them"
+    if not gpus:
+        peak = cpu_peak(cpu_features(), usable_cores())
+        return peak, "none: this CPU reports no clock (neither /proc/cpuinfo nor cpufreq)"
+    devices = tf.config.list_physical_devices("GPU")[:replicas]
+    names = [tf.config.experimental.get_device_details(device).get("device_name", device.name)
+             for device in devices]
+    peak = gpus_peak(names, tensorfloat32=tf.config.experimental
+                     .tensor_float_32_execution_enabled())
+    unknown = ", ".join(dict.fromkeys(names))
+    return peak, (f"none: {unknown} is not in tfopt's table of GPU peaks "
+                  "(tfopt.gpu.peak.GPU_DATASHEETS); no peak is better than a guessed one")

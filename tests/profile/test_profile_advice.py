@@ -1,0 +1,63 @@
+"""The ranking of tfopt profile's changes: pure rules, no TensorFlow."""
+
+from tfopt.profile.advice import WORTH, Recommendation, rank, recommend
+
+BASE = dict(input_share=0.0, fit_rate=100.0, step_rate=100.0, input_rate=None, source="dataset",
+            bottleneck=None, pipeline_advice=[], policy="float32", machine_policy=("float32", "no bf16"),
+            peak_ratio=None, jit=True, blockers=[], axes=[], jit_refused=False,
+            steps_per_execution=4, step_seconds=0.1, unaligned=[], gpus=0)
+
+
+def kinds(found):
+    return [r.kind for r in found]
+
+
+def test_a_tuned_fit_gets_nothing():
+    assert recommend(**BASE) == []
+
+
+def test_input_waits_come_first_with_the_measured_bound_and_noise_is_not_advice():
+    found = recommend(**{**BASE, "input_share": 0.3, "fit_rate": 70.0, "jit": False,
+                         "steps_per_execution": 1, "step_seconds": 0.001})
+    assert kinds(found) == ["input_pipeline", "xla", "steps_per_execution"]
+    assert abs(found[0].expected_speedup - 100 / 70) < 1e-9
+    assert "tfopt.optimize(train_ds)" in found[0].code
+    assert recommend(**{**BASE, "input_share": 0.03, "fit_rate": 97.0}) == []
+
+
+def test_half_precision_is_estimated_from_the_peaks_and_capped():
+    found = recommend(**{**BASE, "machine_policy": ("mixed_bfloat16", "AVX512-BF16"),
+                         "peak_ratio": 4.0, "input_share": 0.0})
+    assert kinds(found) == ["precision"] and found[0].expected_speedup == 2.0
+    assert "mixed_bfloat16" in found[0].code
+
+
+def test_xla_blocked_by_layers_names_them_even_when_the_script_turned_it_off():
+    found = recommend(**{**BASE, "jit": False, "jit_refused": True,
+                         "blockers": ["text_vectorization"]})
+    assert kinds(found) == ["xla"] and "text_vectorization" in found[0].message
+    assert recommend(**{**BASE, "jit": False, "jit_refused": True}) == []
+
+
+def test_measured_changes_under_the_bar_or_computing_otherwise_are_dropped():
+    faster = Recommendation("steps_per_execution", "m", "c", None, measured_speedup=1.8,
+                            same_training=True)
+    slower = Recommendation("xla", "m", "c", None, measured_speedup=0.4, same_training=True)
+    noise = Recommendation("precision", "m", "c", 1.6, measured_speedup=WORTH - 0.01,
+                           same_training=True)
+    wrong = Recommendation("precision", "m", "c", 1.6, measured_speedup=1.9,
+                           same_training=False)
+    untried = Recommendation("alignment", "m", "c", None)
+    assert rank([slower, noise, wrong, untried, faster]) == [faster]
+    assert "measured_speedup" not in untried.to_json()
+
+
+def test_a_cache_after_random_stages_is_named_first_and_analyzes_fix_joins_the_input_advice():
+    advice = [{"kind": "parallelize", "stage": "map#1", "expected_speedup": 1.9,
+               "message": "map#1 runs one element at a time"},
+              {"kind": "cache_after_random", "stage": "cache#3", "expected_speedup": 1.0,
+               "message": "cache#3 caches what map#2 drew at random"}]
+    found = recommend(**{**BASE, "pipeline_advice": advice, "input_share": 0.4,
+                         "fit_rate": 60.0})
+    assert kinds(found) == ["cache_after_random", "input_pipeline"]
+    assert "map#1 runs one element at a time" in found[1].message

@@ -1,0 +1,2 @@
+"""``tfopt profile``: what holds back a Keras training script, measured without changing it
+(docs/profile.md)."""

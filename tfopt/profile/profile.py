@@ -1,0 +1,215 @@
+"""``tfopt.profile_script``: run a training script unmodified, measure its first ``fit``, say
+what holds it back (docs/profile.md)."""
+
+from __future__ import annotations
+
+import time
+
+from tfopt._validate import number, whole_number
+from tfopt.profile.advice import (
+    Recommendation,
+    rank,
+    recommend,
+    steps_per_call_change,
+    xla_change,
+)
+from tfopt.profile.capture import FitCall, run_script
+from tfopt.profile.report import ProfileReport
+
+__all__ = ["profile_script"]
+
+
+ANALYZE_SECONDS = 6.0  # tfopt.analyze's budget on a dataset source
+INPUT_SECONDS = 3.0  # the input drained alone
+
+
+def _source_kind(x) -> str:
+    import tensorflow as tf
+
+    if isinstance(x, tf.data.Dataset):
+        return "dataset"
+    module = type(x).__module__ or ""
+    if module.startswith("pandas"):
+        return "dataframe"
+    if hasattr(x, "__next__"):
+        return "generator"
+    if type(x).__name__ != "ndarray" and hasattr(x, "__getitem__") and hasattr(x, "__len__") \
+            and hasattr(x, "on_epoch_end"):
+        return "PyDataset"
+    return "arrays"
+
+
+def _pipeline(x, kind: str) -> tuple[dict, str | None]:
+    if kind != "dataset":
+        return {"not_analysed": f"{kind}: read by Keras's own adapter (tfopt.Run builds a "
+                "tf.data pipeline for them)"}, None
+    from tfopt.analysis.analyze import analyze
+    from tfopt.errors import TfoptError
+
+    try:
+        report = analyze(x, seconds=ANALYZE_SECONDS)
+    except TfoptError as error:
+        return {"not_analysed": f"not analysed: {error}"}, None
+    found = {"bottleneck": report.bottleneck, "ceiling_per_s": report.ceiling_per_s,
+             "rate_per_s": report.rate_per_s,
+             "recommendations": [{"kind": r.kind, "stage": r.stage,
+                                  "expected_speedup": r.expected_speedup,
+                                  "message": r.message} for r in report.recommendations]}
+    return found, report.bottleneck
+
+
+def _measure(call: FitCall, steps: int, seconds: float, trial: bool) -> ProfileReport:
+    from tfopt._internals.keras_data import fit_dataset
+    from tfopt.profile.facts import model_facts
+    from tfopt.profile.measure import (
+        ROUNDS,
+        batch_size_of,
+        held_fit_batches,
+        input_rate,
+        median_rate,
+        spread,
+        time_fit,
+        time_held,
+    )
+
+    started = time.perf_counter()
+    arguments = call.arguments
+    kind = _source_kind(arguments.get("x"))
+    report = ProfileReport(script="", source=kind)
+    # the fit's rounds count steps/s (a batch of 1): the batch size is read from the held
+    # batches, which must come after the script's data is first read (a generator gives each
+    # batch once); the held batches' rounds then alternate with the fit's
+    per_round = seconds / (2 * ROUNDS)
+    fitted = time_fit(call.fit, call.model, arguments, 1, steps, per_round)
+    if fitted is None:
+        report.status = "no_fit"
+        report.message = ("the fit ended before a step could be timed after the warm-up: "
+                          "too few batches to profile")
+        return report
+    held = held_fit_batches(arguments)
+    batch = batch_size_of(held)
+    fits, alones = [fitted], []
+    for round_ in range(ROUNDS):
+        alone = time_held(call.fit, call.model, held, steps, per_round)
+        if alone is not None:
+            alones.append(alone)
+        if round_ < ROUNDS - 1 and kind != "generator":  # a generator may be spent
+            again = time_fit(call.fit, call.model, arguments, 1, steps, per_round)
+            if again is not None:
+                fits.append(again)
+    fitted = median_rate(fits)
+    alone = median_rate(alones) if alones else None
+    fit_rate = fitted.examples_per_s * batch
+    step_rate = alone.examples_per_s if alone is not None else fit_rate
+    share = max(0.0, 1.0 - fit_rate / step_rate)
+    report.notes.append(f"rounds: {len(fits)} with the input, {len(alones)} alone, alternating; "
+                        f"their spread {max(spread(fits), spread(alones)):.0%} (a share of input "
+                        "wait within it is not told from none)")
+    from tfopt.train.timing import classify_input_bound
+
+    spec = fit_dataset(arguments.get("x"), arguments.get("y"), arguments.get("sample_weight"),
+                       arguments.get("batch_size"), arguments.get("steps_per_epoch"),
+                       arguments.get("class_weight")).element_spec if kind != "generator" \
+        else held.element_spec
+    facts = model_facts(call.model, spec, batch)
+    feed = input_rate(arguments, batch, INPUT_SECONDS) if kind != "generator" else None
+    pipeline, bottleneck = _pipeline(arguments.get("x"), kind)
+    peak_ratio = None
+    if facts.peak_flops:
+        from tfopt.train.flops import device_peak
+
+        peak, _ = device_peak(1, facts.replicas, facts.gpus)
+        target = facts.machine_policy[0]
+        peak_ratio = peak.for_dtype(target) / peak.for_dtype(facts.policy)
+    found = recommend(
+        input_share=share, fit_rate=fit_rate, step_rate=step_rate, input_rate=feed,
+        source=kind, bottleneck=bottleneck,
+        pipeline_advice=pipeline.get("recommendations", []), policy=facts.policy,
+        machine_policy=facts.machine_policy, peak_ratio=peak_ratio, jit=facts.jit_compile,
+        blockers=facts.xla_blockers, axes=facts.variable_axes,
+        jit_refused=call.compile_arguments.get("jit_compile", "auto") is False,
+        steps_per_execution=facts.steps_per_execution, step_seconds=alone.step_seconds
+        if alone is not None else fitted.step_seconds, unaligned=facts.unaligned,
+        gpus=facts.gpus, noise=max(spread(fits), spread(alones)))
+    report.examples_per_s, report.step_examples_per_s = fit_rate, step_rate
+    report.input_examples_per_s = feed
+    report.input_bound_share = share
+    report.input_bound = classify_input_bound(100 * share).value
+    report.steps = sum(rate.steps for rate in fits)
+    report.seconds = sum(rate.seconds for rate in fits)
+    report.model, report.mfu = facts, facts.mfu(fit_rate)
+    report.pipeline = pipeline
+    report.notes.append(
+        "the steps timed are the first of the fit's first epoch (a cache() fills in that "
+        "epoch, and its filling counts as input); the script's callbacks did not run (they "
+        "would write files)")
+    if trial:
+        report.recommendations = _tried(call, held, facts, found, report.trials)
+        report.tried = True
+    else:
+        report.recommendations = found
+    report.profile_seconds = time.perf_counter() - started
+    return report
+
+
+def _tried(call: FitCall, held, facts, found: list[Recommendation],
+           record: list) -> list[Recommendation]:
+    from tfopt.profile.trials import MORE_STEPS_PER_CALL, try_changes
+
+    candidates = {}
+    by_kind = {r.kind: r for r in found}
+    if "precision" in by_kind:
+        candidates["precision"] = {"policy": facts.machine_policy[0]}
+    if not facts.jit_compile and not facts.xla_blockers and not facts.variable_axes:
+        candidates["xla"] = {"jit_compile": True}
+    if facts.steps_per_execution == 1:
+        candidates["steps_per_execution"] = {"steps_per_execution": MORE_STEPS_PER_CALL}
+    if not candidates:
+        return found
+    for trial in try_changes(call.model, call.compile_arguments, held, candidates):
+        record.append({"kind": trial.kind, "change": candidates[trial.kind],
+                       "measured_speedup": trial.ratio, "same_training": trial.same_training,
+                       "loss": trial.loss, "unchanged_loss": trial.base_loss})
+        found_one = by_kind.get(trial.kind)
+        if found_one is None:  # tried though not suggested: XLA on a CPU, a longer step
+            found_one = (xla_change(False, [], [], facts.gpus) if trial.kind == "xla"
+                         else steps_per_call_change(1, 0.0))
+            found.append(found_one)
+        found_one.measured_speedup = trial.ratio
+        found_one.same_training = trial.same_training
+        if not trial.same_training:
+            found_one.basis = (f"not timed: its loss on one batch ({trial.loss:.6g}) is not "
+                               f"the unchanged model's ({trial.base_loss:.6g})")
+        elif trial.ratio is not None:
+            found_one.basis = "the step alone, measured against the unchanged model"
+    return rank(found)
+
+
+def profile_script(script, args=(), *, steps: int = 60, seconds: float = 20.0, fit: int = 1,
+                   trial: bool = False) -> ProfileReport:
+    """Run ``script`` with ``args`` as ``python SCRIPT ARGS`` would, measure its ``fit``-th
+    ``Model.fit`` for ``steps`` steps or ``seconds`` (whichever ends first) after a warm-up,
+    stop the script there, and report what holds the training back.
+
+    Args:
+        script: The training script (a path).
+        args: Its command-line arguments.
+        steps: Steps to time after the warm-up (whole calls of ``steps_per_execution``).
+        seconds: At most this long timing them.
+        fit: Which ``fit`` call to profile (1: the first).
+        trial: Measure the model-side changes (precision, XLA, steps per call) on copies of
+            the model instead of estimating them (``--try``).
+
+    Returns:
+        A :class:`~tfopt.profile.report.ProfileReport`.
+    """
+    steps = whole_number(steps, "steps", minimum=1)
+    seconds = number(seconds, "seconds", low=0.0, open_low=True)
+    outcome = run_script(script, list(args),
+                         lambda call: _measure(call, steps, seconds, trial), fit_number=fit)
+    if outcome.result is None:
+        return ProfileReport(script=str(script), status=outcome.status,
+                             message=outcome.message)
+    report = outcome.result
+    report.script = str(script)
+    return report
