@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from tfopt.profile.advice import Recommendation
+from tfopt.profile.advice import WORTH, Recommendation
 from tfopt.profile.facts import ModelFacts
 
 __all__ = ["ProfileReport"]
@@ -109,7 +109,7 @@ class ProfileReport:
             lines.append(f"  not multiples of 8  {', '.join(facts.unaligned[:5])}")
         lines += ["", "What to change, most important first:" if self.recommendations
                   else "Nothing worth changing: no change is expected or measured to gain "
-                       "5 % or more."]
+                       f"{WORTH - 1:.0%} or more."]
         for number, found in enumerate(self.recommendations, 1):
             gain = []
             if found.measured_speedup is not None:
