@@ -37,7 +37,6 @@ _LAZY_EXPORTS = {
     "Augment": "tfopt.data.augment.layer",
     # analysis: any tf.data pipeline's bottleneck, and its safe rewrites
     "analyze": "tfopt.analysis.analyze",
-    "profile_script": "tfopt.profile.profile",
     "optimize": "tfopt.analysis.optimize",
     # train: precision, gradient accumulation, callbacks, backups, batch norm, saving
     "choose_policy": "tfopt.train.precision",

@@ -1,4 +1,4 @@
-"""``tfopt.profile_script``: run a training script unmodified, measure its first ``fit``, say
+"""``profile_script``: run a training script unmodified, measure its first ``fit``, say
 what holds it back (docs/profile.md)."""
 
 from __future__ import annotations
