@@ -87,6 +87,10 @@ class OutputExistsError(TfoptError):
     """The output folder holds data and neither --overwrite nor --resume was given."""
 
 
+class WorkdirBusyError(TfoptError):
+    """Another run (another process) is using the workdir; the message names it."""
+
+
 class DiskFullError(TfoptError):
     """The output's file system is full, or too full for the conversion to fit."""
 

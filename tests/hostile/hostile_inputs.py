@@ -618,6 +618,38 @@ def odd_path_cases(root: Path) -> list[Case]:
             for name, path in paths.items() for command in ("verify", "inspect")]
 
 
+# --- numbers on the command line past any machine ------------------------------------------
+
+def number_cases(root: Path) -> list[Case]:
+    """Sizes and counts no machine holds: refused when parsed, never an OverflowError or a
+    MemoryError after work began, and nothing written."""
+    root.mkdir(parents=True)
+    src = root / "src.npz"
+    np.savez(src, x=np.zeros((4, 2), np.float32), y=np.zeros(4, np.int64))
+    dst = root / "out"
+    huge = "9" * 30
+    return [
+        Case("numbers/convert_shard_size_past_8_EiB", ["convert", str(src), str(dst),
+                                                       "--shard-size", f"{huge}T"], "refuse",
+             dst=dst),
+        Case("numbers/convert_shard_size_1e400", ["convert", str(src), str(dst),
+                                                  "--shard-size", "1e400"], "refuse", dst=dst),
+        Case("numbers/analyze_ram_budget_inf", ["analyze", str(src), "--ram-budget", "inf"],
+             "refuse"),
+        Case("numbers/analyze_ram_budget_past_8_EiB", ["analyze", str(root),
+                                                       "--ram-budget", f"{huge}G"], "refuse"),
+        Case("numbers/demo_data_count_1e12", ["demo-data", str(root / "demo"), "--count",
+                                              "1000000000000", "-q"], "refuse",
+             dst=root / "demo"),
+        Case("numbers/demo_data_count_past_int64", ["demo-data", str(root / "demo"), "--count",
+                                                    huge, "-q"], "refuse", dst=root / "demo"),
+        Case("numbers/profile_seconds_inf", ["profile", "--seconds", "inf", str(src)],
+             "refuse"),
+        Case("numbers/profile_steps_past_int64", ["profile", "--steps", huge, str(src)],
+             "refuse"),
+    ]
+
+
 # --- names that are not UTF-8, and a locale that knows only ASCII ------------------------
 
 # LANG=C with Python's UTF-8 mode and locale coercion off: file names beyond ASCII come as

@@ -33,6 +33,7 @@ from hostile_inputs import (
     image_cases,
     interrupted_cases,
     name_cases,
+    number_cases,
     numpy_cases,
     odd_path_cases,
     source_cases,
@@ -129,7 +130,7 @@ def corpus(tmp_path_factory, tf):
              + table_cases(root / "tables") + odd_path_cases(root / "paths")
              + damage_cases(root / "damaged", pristine)
              + example_cases(root / "examples", pristine) + name_cases(root / "names", jpeg)
-             + gzip_bomb_cases(root / "bomb")
+             + gzip_bomb_cases(root / "bomb") + number_cases(root / "numbers")
              + interrupted_cases(root / "killed", big, records=300))
     destinations_before = {c.name: _listing(c.dst) for c in cases if c.dst is not None}
     read_back = ReadBack()

@@ -38,7 +38,8 @@ def test_the_planted_flaw_is_named_first(tmp_path, script, examples, first, word
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)  # stdout holds the report only: the script's output
     assert report["status"] == "profiled"
-    assert report["profile_seconds"] < 60  # from the fit caught to the report    assert report["examples_per_s"] > 0 and 0 <= report["input_bound_share"] < 1
+    assert report["profile_seconds"] < 60  # from the fit caught to the report
+    assert report["examples_per_s"] > 0 and 0 <= report["input_bound_share"] < 1
     found = report["recommendations"]
     if first == "precision" and report["model"]["machine_policy"]["policy"] == "float32":
         first = None  # no faster half type here: the script is well tuned on this machine

@@ -155,6 +155,12 @@ def _sample_optimizer():
     return optimizer
 
 
+def _sample_seed_generator():
+    import keras
+
+    return keras.random.SeedGenerator(1)
+
+
 def _keras_tensor_history():
     import keras
 
@@ -189,6 +195,10 @@ INTERNALS: tuple[Internal, ...] = (
              "checkpoint's mode='auto' (Keras's own checkpoint reads it)",
              "mode='auto' needs mode='min' or 'max' for metrics other than losses",
              _accuracy_direction),
+    Internal("keras.random.SeedGenerator.state", "the counters of the model's random layers "
+             "(dropout, noise), kept in each backup beside the weights (save_weights leaves "
+             "them out)", "a resumed fit draws other dropout masks than an uninterrupted one",
+             _sample_attribute(_sample_seed_generator, "state")),
     Internal("KerasTensor._keras_history", "the layer behind each model output, named in the "
              "precision check", "outputs are named by index", _keras_tensor_history),
     Internal("keras.src.saving.saving_lib._save_state", "a model's weights file made in memory, "

@@ -16,6 +16,20 @@ def all_layers(model) -> list:
     return list(flatten(include_self=False, recursive=True))
 
 
+def seed_states(model) -> list:
+    """The state variables of the random layers' seed generators (dropout, noise), in layer
+    order: ``save_weights`` leaves them out, so a restored model would draw its first masks
+    again. Each is a (seed, counter) pair."""
+    import keras
+
+    states = []
+    for layer in all_layers(model):
+        for value in vars(layer).values():
+            if isinstance(value, keras.random.SeedGenerator):
+                states.append(attribute(value, "state", "keras.random.SeedGenerator.state"))
+    return states
+
+
 def initial_epoch(model) -> int:
     """The epoch ``fit`` starts at after a restore (0 when nothing was restored)."""
     return int(getattr(model, "_initial_epoch", 0) or 0)

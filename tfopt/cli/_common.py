@@ -16,6 +16,7 @@ from tfopt._text import human_bytes, table  # noqa: F401  (re-exported for comma
 from tfopt.errors import TfoptError
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+MAX_BYTE_SIZE = float(1 << 63)  # 8 EiB: past every disk and memory, and int64's range
 _UNITS = {"": 1, "b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
           "ki": 1 << 10, "mi": 1 << 20, "gi": 1 << 30, "ti": 1 << 40}
 
@@ -92,7 +93,10 @@ class ByteSize(click.ParamType):
             self.fail(f"{value!r} is not a size such as 128MB, 64MiB or 1000000", param, ctx)
         number, unit = match.groups()
         unit = (unit or "").lower().removesuffix("b")
-        return int(float(number) * _UNITS[unit])
+        size = float(number) * _UNITS[unit]
+        if not size < MAX_BYTE_SIZE:  # inf too: int(inf) would be an OverflowError
+            self.fail(f"{value!r} is larger than any disk or memory (at most 8 EiB)", param, ctx)
+        return int(size)
 
 
 def batch_size_list(ctx, param, value) -> tuple[int, ...] | None:

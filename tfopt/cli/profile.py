@@ -22,8 +22,9 @@ from tfopt.cli._common import finite, json_option, needs_tensorflow
 @click.option("--fit", "fit_number", type=click.IntRange(min=1), default=1, show_default=True,
               help="Which Model.fit call of the script to profile.")
 @click.option("--try", "trial", is_flag=True,
-              help="Measure the model-side changes (precision, XLA, steps per call) on copies "
-              "of the model, alternating with it, instead of estimating them.")
+              help="Measure the changes (precision, XLA, steps per call on copies of the model; "
+              "the input as tfopt rewrites it) alternating with the script's own, "
+              "instead of estimating them.")
 @json_option("Print the report as one JSON object on stdout (docs/profile.md has the schema).")
 def profile(script, args, steps, seconds, fit_number, trial, as_json):
     """Run SCRIPT.py unmodified (as `python SCRIPT.py ARGS` would), time its first

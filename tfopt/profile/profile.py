@@ -145,6 +145,9 @@ def _measure(call: FitCall, steps: int, seconds: float, trial: bool) -> ProfileR
         "would write files)")
     if trial:
         report.recommendations = _tried(call, held, facts, found, report.trials)
+        if "input_pipeline" in {r.kind for r in found}:
+            _tried_input(call, kind, per_round, found, report.trials)
+            report.recommendations = rank(found)
         report.tried = True
     else:
         report.recommendations = found
@@ -183,6 +186,25 @@ def _tried(call: FitCall, held, facts, found: list[Recommendation],
         elif trial.ratio is not None:
             found_one.basis = "the step alone, measured against the unchanged model"
     return rank(found)
+
+
+def _tried_input(call: FitCall, kind: str, seconds: float, found: list[Recommendation],
+                 record: list) -> None:
+    """Measure the input recommendation: the fit on tfopt's input against the script's."""
+    from tfopt.profile.input_trial import try_input
+
+    trial = try_input(call.fit, call.model, call.arguments, kind, seconds)
+    record.append({"kind": "input_pipeline", "change": trial.changes,
+                   "measured_speedup": trial.ratio, "same_training": True,
+                   **({"reason": trial.reason} if trial.reason else {})})
+    recommendation = next(r for r in found if r.kind == "input_pipeline")
+    if trial.ratio is None:
+        recommendation.basis += f"; not measured: {trial.reason}"
+        return
+    recommendation.measured_speedup = trial.ratio
+    recommendation.same_training = True  # the same examples: optimize keeps them and their order
+    recommendation.basis = ("the fit on tfopt's input against the script's, the same model, "
+                            "alternating rounds (measured): " + "; ".join(trial.changes))
 
 
 def profile_script(script, args=(), *, steps: int = 60, seconds: float = 20.0, fit: int = 1,

@@ -120,12 +120,13 @@ class ProfileReport:
                          f"({', '.join(gain) or found.basis})")
             lines += [f"       {line}" for line in found.code.splitlines()]
         if self.trials:
-            lines += ["", "Measured by --try (the step alone, alternating rounds, against the "
-                          "unchanged model):"]
+            lines += ["", "Measured by --try (alternating rounds: the step alone against the "
+                          "unchanged model; the input as the fit reads it against the "
+                          "script's):"]
             for trial in self.trials:
                 ratio = trial["measured_speedup"]
                 outcome = (f"{ratio:.2f}x" if ratio is not None else
-                           "not timed: its loss on one batch differs")
+                           f"not timed: {trial.get('reason', 'its loss on one batch differs')}")
                 lines.append(f"  {trial['kind']:<20}{outcome}")
         lines += [f"note: {note}" for note in self.notes]
         return "\n".join(lines)

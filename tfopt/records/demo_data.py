@@ -33,6 +33,7 @@ from tfopt._system import usable_cores
 from tfopt._validate import choice, flag, optional_whole_number, whole_number
 from tfopt.errors import InvalidArgumentError, OutputExistsError, TfoptError, WorkerStartError
 
+MAX_DEMO_IMAGES = 10_000_000  # the work list is made up front: a bound keeps it in memory
 CLASS_NAMES = ("circle", "square", "triangle", "ring", "cross",
                "hstripes", "vstripes", "diagonal", "checker", "dots")
 # photo classes are named by their colour cast (each also has its own texture orientation)
@@ -337,7 +338,9 @@ def make_demo_data(dst, count: int = 3000, classes: int = 10, seed: int = 0,
     kind = choice(DemoKind, kind, "kind")
     classes = whole_number(classes, "classes", 2, maximum=len(CLASS_NAMES))
     count = whole_number(count, "count", classes,
-                         f"an int >= classes ({classes}): at least one image per class")
+                         f"an int from classes ({classes}: at least one image per class) to "
+                         f"{MAX_DEMO_IMAGES:,} (a demo folder, not a dataset)",
+                         maximum=MAX_DEMO_IMAGES)
     largest = _NOISE_TILE_SIDE if kind is DemoKind.SHAPES else MAX_PHOTO_SIDE
     default_min, default_max = _DEFAULT_SIZES[kind]
     min_size = whole_number(default_min if min_size is None else min_size, "min_size", 16,

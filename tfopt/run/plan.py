@@ -47,6 +47,8 @@ class RunFacts:
             model, batch and policy; None when there is none.
         has_validation: The source has a validation split (or one was given).
         resume_epoch: Epochs the workdir's newest backup holds (0 without one).
+        resume_steps: Steps of the next epoch that backup holds besides (taken mid-epoch on
+            SIGTERM; else 0).
         resume_from: The second location (``copy_to``) when that backup is there; None when
             it is in the workdir.
         dataset_batch: The global batch a batched ``tf.data.Dataset`` brings and keeps (None:
@@ -77,6 +79,7 @@ class RunFacts:
     cached_steps_per_execution: int | None = None
     has_validation: bool = False
     resume_epoch: int = 0
+    resume_steps: int = 0
     resume_from: str | None = None
     dataset_batch: int | None = None
     keeps_batches: bool = False
@@ -110,6 +113,7 @@ class RunPlan:
     backups: bool
     monitor: str
     resume_epoch: int
+    resume_steps: int = 0  # steps of epoch resume_epoch + 1 the backup holds (SIGTERM)
 
 
 def _batch_norm(config: RunConfig, facts: RunFacts) -> tuple[BatchNorm, str]:
@@ -288,4 +292,5 @@ def plan_run(config: RunConfig, facts: RunFacts) -> RunPlan:
         backups=config.workdir is not None,
         monitor="val_loss" if validation else "loss",
         resume_epoch=facts.resume_epoch,
+        resume_steps=facts.resume_steps,
     )

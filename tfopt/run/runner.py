@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import weakref
 from pathlib import Path
 
 import keras
@@ -43,14 +44,18 @@ from tfopt.run.training_data import DatasetData, MemoryData, training_data
 from tfopt.run.workdir import (
     HISTORY_FILE,
     XlaChoice,
+    check_workdir_files,
+    earlier_results,
+    keep_earlier_results,
+    lock_workdir,
     read_spe_choice,
     read_xla_choice,
-    resume_epoch,
+    resume_point,
     write_spe_choice,
     write_xla_choice,
 )
 from tfopt.train.accumulation import configure_accumulation
-from tfopt.train.backup import BACKUP_FOLDER, backup_callbacks
+from tfopt.train.backup import BACKUP_FOLDER, AtomicBackupAndRestore, backup_callbacks
 from tfopt.train.backup_store import BackupStore
 from tfopt.train.callbacks import (
     GpuStatsCallback,
@@ -206,11 +211,20 @@ class Run:
                               or (config.validation == AUTO and _has_validation_split(source)))
         if config.copy_to is not None:
             BackupStore(config.copy_to)  # a URL fsspec cannot open: refused now, not at fit
-        resumed, resume_from = resume_epoch(config.workdir, config.copy_to)
+        chief = bool(getattr(self.strategy.extended, "should_checkpoint", True))
+        self._workdir_lock = None
+        self._chief = chief
+        if config.workdir is not None and Path(config.workdir).is_dir():
+            self._hold_workdir()  # else at its first write: nothing is made before then
+        resumed, resumed_steps, resume_from = resume_point(config.workdir, config.copy_to)
+        # a finished run's results, renamed aside at the first fit (a new run writes its own)
+        self._earlier = (earlier_results(config.workdir)
+                         if chief and not (resumed or resumed_steps) else ([], 0))
+        self._fitted = False  # a later fit of this object trains on: no resume point then
         self._facts = RunFacts(
             replicas=replicas,
             workers=cluster.workers,
-            chief=bool(getattr(self.strategy.extended, "should_checkpoint", True)),
+            chief=chief,
             policy=policy.name,
             policy_reason=policy.reason,
             steps_per_epoch=self._source_steps(global_batch, replicas),
@@ -218,6 +232,7 @@ class Run:
             trial_possible=self._data is not None or self._trial_image_size() is not None,
             has_validation=has_validation,
             resume_epoch=resumed,
+            resume_steps=resumed_steps,
             resume_from=resume_from,
             **self._data_facts(),
         )
@@ -250,6 +265,16 @@ class Run:
         self._precision_changes: list[str] = []
         self._policy_trial: dict[str, float] = {}
         self._seeded = False
+
+    def _hold_workdir(self) -> None:
+        """Lock the workdir for this run (made if absent) and check the files it writes
+        there: one run writes a workdir at a time; the lock goes with this object (or its
+        process). The chief's to do; once."""
+        if self._workdir_lock is not None or self.config.workdir is None or not self._chief:
+            return
+        self._workdir_lock = lock_workdir(self.config.workdir)
+        weakref.finalize(self, self._workdir_lock.release)
+        check_workdir_files(self.config.workdir)
 
     # -- what a user reads -------------------------------------------------------------------
 
@@ -382,6 +407,14 @@ class Run:
                           else f"the {config.copy_keep} newest kept there") + ")"))
         resume = (f"from the backup of epoch {plan.resume_epoch}" if plan.resume_epoch
                   else "a new run")
+        if plan.resume_steps:
+            resume = (f"from the backup taken at step {plan.resume_steps} of epoch "
+                      f"{plan.resume_epoch + 1} (on SIGTERM): that epoch's other steps first")
+        found, number = self._earlier
+        if found:
+            names = ", ".join(path.name for path in found)
+            resume += (f"; the finished run's {names} are kept as <name>-previous-{number} "
+                       "when it starts")
         if plan.resume_epoch and self._facts.resume_from is not None:
             resume += f" in {self._facts.resume_from} (the workdir holds none as new)"
         if plan.resume_epoch and config.seed is None:
@@ -546,13 +579,18 @@ class Run:
         workdir = self.config.workdir
         if workdir is None:
             return [*callbacks, ProgressLine()]
+        self._hold_workdir()
+        if self._earlier[0]:  # once: later fits of this run continue its own results
+            keep_earlier_results(workdir)
+            self._earlier = ([], 0)
         config = self.config
         callbacks += backup_callbacks(workdir, monitor=self.plan.monitor, keep=config.keep,
                                       copy_to=config.copy_to, copy_keep=config.copy_keep)
         callbacks.append(_ResumeCheck(self.plan.resume_epoch))
         if self._facts.chief:
             callbacks.append(keras.callbacks.CSVLogger(str(Path(workdir) / HISTORY_FILE),
-                                                       append=self.plan.resume_epoch > 0))
+                                                       append=self.plan.resume_epoch > 0
+                                                       or self.plan.resume_steps > 0))
         callbacks.append(ProgressLine())
         return callbacks
 
@@ -597,11 +635,9 @@ class Run:
                                     remaining * batches * self.plan.global_batch)
         validation = self._validation_for(remaining)
         with self._entered():
-            dataset = self._train_dataset(steps, spe, train)
-            return model.fit(dataset, epochs=epochs, steps_per_epoch=steps,
-                             validation_data=validation,
-                             callbacks=[*self.callbacks(), *callbacks], verbose=verbose,
-                             **fit_options)
+            return self._fit_stream(
+                model, lambda skip: self._train_dataset(steps, spe, train, skip), epochs,
+                steps, batches, validation, callbacks, verbose, fit_options)
 
     def _fit_data(self, model, epochs, steps_per_epoch, callbacks, verbose, fit_options):
         """``fit`` on arrays, a DataFrame or a dataset (see :meth:`fit`)."""
@@ -615,11 +651,14 @@ class Run:
             if steps > spe and steps % spe:
                 steps = steps // spe * spe  # whole calls, as for shards (the stream goes on)
             batches = -(-steps // spe) * spe
+
             # every worker reads the whole stream of global batches and keeps its slice of
-            # each (data sharding), so each skips all the batches of the epochs done
-            skip = self.plan.resume_epoch * batches
-            train = data.train(model, global_batch, drop_remainder=self.plan.replicas > 1,
-                               seed=self._stream_seed(), skip_batches=skip)
+            # each (data sharding), so each skips all the batches trained before
+            def stream(skip):
+                return self._instrumented(data.train(
+                    model, global_batch, drop_remainder=self.plan.replicas > 1,
+                    seed=self._stream_seed(), skip_batches=skip))
+
             validation = data.validation(model, global_batch)
         else:
             if data.input.facts.endless and steps_per_epoch is None:
@@ -628,24 +667,74 @@ class Run:
                     "repeats forever; pass run.fit(model, epochs, steps_per_epoch=N)")
             pass_steps = self.steps_per_epoch
             steps = steps_per_epoch or pass_steps
-            skip = 0
+            batches = None
             if steps is not None:
                 # one stream for the fit (the dataset repeated, each pass reshuffled by its
                 # own shuffles): epochs of whole calls, as for shards, and a resumed run
-                # placed after the batches its backup's epochs took
+                # placed after the batches its backup took
                 if steps > spe and steps % spe:
                     steps = steps // spe * spe
-                skip = self.plan.resume_epoch * (-(-steps // spe) * spe)
-            train = data.train(global_batch, repeat=steps is not None, pass_steps=pass_steps,
-                               resume_batches=skip)
+                batches = -(-steps // spe) * spe
+
+            def stream(skip):
+                return self._instrumented(data.train(
+                    global_batch, repeat=steps is not None, pass_steps=pass_steps,
+                    resume_batches=skip if steps is not None else 0))
+
             validation = data.validation(global_batch)
-        if self._probe is not None:
-            train = self._probe.instrument(train)
         with self._entered():
-            return model.fit(train, epochs=epochs, steps_per_epoch=steps,
-                             validation_data=validation,
-                             callbacks=[*self.callbacks(), *callbacks], verbose=verbose,
-                             **fit_options)
+            return self._fit_stream(model, stream, epochs, steps, batches, validation,
+                                    callbacks, verbose, fit_options)
+
+    def _instrumented(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        return dataset if self._probe is None else self._probe.instrument(dataset)
+
+    def _fit_stream(self, model, stream, epochs: int, steps: int | None, batches: int | None,
+                    validation, callbacks, verbose, fit_options):
+        """``model.fit`` on ``stream(skip)`` (the training stream started ``skip`` batches in).
+
+        A run resumed from a backup taken mid-epoch (on SIGTERM) first trains the steps left
+        of that epoch, then the epochs after it: the batches, steps and weights of an
+        uninterrupted run. The two fits share one set of callbacks (the backup is kept between
+        them). SIGTERM and Ctrl-C get their own handlers back however the fit ends.
+        """
+        start = self.plan.resume_epoch
+        done = self.plan.resume_steps if not self._fitted else 0
+        every = [*self.callbacks(), *callbacks]
+        backup = next((c for c in every if isinstance(c, AtomicBackupAndRestore)), None)
+        check = next((c for c in every if isinstance(c, _ResumeCheck)), None)
+        common = dict(validation_data=validation, callbacks=every, verbose=verbose,
+                      **fit_options)
+        try:
+            if not done or batches is None or done >= batches or int(epochs) <= start:
+                if done:
+                    logger.warning("the backup holds %d steps of epoch %d: that epoch is "
+                                   "trained again from its first step", done, start + 1)
+                return model.fit(stream(start * (batches or 0)), epochs=epochs,
+                                 steps_per_epoch=steps, **common)
+            logger.info("resuming at step %d of epoch %d: its %d steps left first", done + 1,
+                        start + 1, batches - done)
+            keep = backup.delete_checkpoint
+            backup.delete_checkpoint = False  # the backup lives on between the two fits
+            try:
+                first = model.fit(stream(start * batches + done), initial_epoch=start,
+                                  epochs=start + 1, steps_per_epoch=batches - done, **common)
+            finally:
+                backup.delete_checkpoint = keep
+            if int(epochs) == start + 1:
+                return first
+            if check is not None:
+                check.expected_epoch = start + 1
+            rest = model.fit(stream((start + 1) * batches), initial_epoch=start + 1,
+                             epochs=epochs, steps_per_epoch=steps, **common)
+            for key, values in first.history.items():
+                rest.history[key] = [*values, *rest.history.get(key, [])]
+            rest.epoch = [*first.epoch, *rest.epoch]
+            return rest
+        finally:
+            self._fitted = True
+            if backup is not None:
+                backup.stop_watching()
 
     def _stream_seed(self) -> int | None:
         """The arrays' shuffle seed: the run's, else one every worker shares (each must draw
@@ -694,11 +783,11 @@ class Run:
             self._uncached_validation = builder.build()
         return self._uncached_validation
 
-    def _train_dataset(self, steps: int, spe: int,
-                       builder: PipelineBuilder | None = None) -> tf.data.Dataset:
+    def _train_dataset(self, steps: int, spe: int, builder: PipelineBuilder | None = None,
+                       skip: int | None = None) -> tf.data.Dataset:
         """The training stream for epochs of ``steps`` batches run ``spe`` per call, started
-        after the epochs the restored backup holds, from ``builder`` (the training pipeline's
-        by default).
+        ``skip`` batches in (default: after the epochs the restored backup holds), from
+        ``builder`` (the training pipeline's by default).
 
         Keras 3 runs an epoch as whole calls of ``spe`` steps, so it takes ``spe`` x
         ceil(``steps`` / ``spe``) batches, and each worker takes its share of every global
@@ -706,14 +795,14 @@ class Run:
         """
         builder = builder or self._train_builder
         self._train_in_use = builder
-        key = (steps, spe, builder is self._train_builder)
+        batches = -(-steps // spe) * spe
+        skip = self.plan.resume_epoch * batches if skip is None else skip
+        key = (steps, spe, builder is self._train_builder, skip)
         if key not in self._train_cache:
-            batches = -(-steps // spe) * spe
-            taken = self.plan.resume_epoch * batches * self.plan.global_batch // self.plan.workers
+            taken = skip * self.plan.global_batch // self.plan.workers
             if taken:
-                logger.info("the training stream resumes after %d epoch(s) of %d steps: %d "
-                            "examples skipped where the pipeline shuffles", self.plan.resume_epoch,
-                            steps, taken)
+                logger.info("the training stream resumes after %d steps of %d per epoch: %d "
+                            "examples skipped where the pipeline shuffles", skip, steps, taken)
             dataset = builder.build(resume_examples=taken)
             self._train_cache[key] = (dataset if self._probe is None
                                       else self._probe.instrument(dataset))
@@ -786,6 +875,7 @@ class Run:
                                                          self._trial_batches(model))
         self._spe_trial = rates
         if self.config.workdir is not None and self._facts.chief:
+            self._hold_workdir()
             write_spe_choice(self.config.workdir, key, spe, rates, policy=policy,
                              policy_rates=policy_rates)
         reason = ("the trial's choice: the smallest within 3 % of the fastest "
@@ -850,6 +940,7 @@ class Run:
                        f"{trial.rates[False]:.1f}: run.xla_trial)")
         self._xla_trial = dict(trial.rates)
         if self.config.workdir is not None and self._facts.chief:
+            self._hold_workdir()
             write_xla_choice(self.config.workdir, key,
                              XlaChoice(trial.chosen, reason, dict(trial.rates)))
         return self._decide_xla(trial.chosen, reason)

@@ -12,27 +12,114 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import NamedTuple
 
-from tfopt._files import atomic_write_bytes
-from tfopt.errors import TfoptError
+from tfopt._files import atomic_write_bytes, fsync_dir
+from tfopt._lock import FolderBusyError, FolderLock, lock_folder
+from tfopt.errors import TfoptError, WorkdirBusyError
+from tfopt.train.backup import BEST_INFO_FILE, BEST_MODEL_FILE
 from tfopt.train.backup_records import BACKUP_FOLDER, read_backup_folder
 from tfopt.train.backup_store import BackupStore, StoreError
+from tfopt.train.best_model import previous_name
 
 logger = logging.getLogger("tfopt")
 
-__all__ = ["HISTORY_FILE", "SPE_FILE", "XLA_FILE", "SpeChoice", "XlaChoice", "read_spe_choice",
-           "read_xla_choice", "resume_epoch", "write_spe_choice", "write_xla_choice"]
+__all__ = ["HISTORY_FILE", "check_workdir_files", "earlier_results", "keep_earlier_results", "lock_workdir", "SPE_FILE", "XLA_FILE", "SpeChoice", "XlaChoice", "read_spe_choice",
+           "read_xla_choice", "resume_point", "write_spe_choice", "write_xla_choice"]
 
 HISTORY_FILE = "history.csv"
 SPE_FILE = "steps_per_execution.json"
 XLA_FILE = "xla_trial.json"
 
 
-def resume_epoch(workdir: Path | None, copy_to=None) -> tuple[int, str | None]:
-    """Epochs the newest backup of ``workdir`` or ``copy_to`` holds: where a rerun's fit
-    resumes (0: none), and the copy's location when the newest is there (None: local).
+def lock_workdir(workdir) -> FolderLock:
+    """Hold ``workdir`` (made if absent) for this run: one writer per workdir, since two runs
+    there would write the same backup names and prune each other's backups.
+
+    Raises:
+        tfopt.errors.WorkdirBusyError: Another process holds it (named, with what to do).
+    """
+    folder = Path(workdir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        return lock_folder(folder)
+    except FolderBusyError as busy:
+        raise WorkdirBusyError(
+            f"workdir={str(folder)!r}: in use by {busy.holder}; wait for that run to end, "
+            "or give this one another workdir") from None
+    except OSError as error:
+        raise TfoptError(f"workdir={str(folder)!r}: cannot be used "
+                         f"({error.strerror or error})") from None
+
+
+def check_workdir_files(workdir) -> None:
+    """Refuse a workdir whose files a run writes are links or not regular files: writing
+    through a link would replace a file outside the workdir (a FIFO would hang the write).
+
+    Raises:
+        tfopt.TfoptError: The first such file, named with what it is.
+    """
+    names = (BEST_MODEL_FILE, BEST_INFO_FILE, HISTORY_FILE, SPE_FILE, XLA_FILE)
+    for path in [Path(workdir) / name for name in names] + [Path(workdir) / BACKUP_FOLDER]:
+        if path.is_symlink():
+            what = f"a symbolic link to {os.readlink(path)!r}"
+        elif not path.exists():
+            continue
+        elif path.name == BACKUP_FOLDER:
+            if path.is_dir():
+                continue
+            what = "not a folder"
+        elif path.is_file():
+            continue
+        else:
+            what = "not a regular file"
+        raise TfoptError(f"{path}: {what}; a run writes its own files in its workdir and "
+                         "never through links or into special files: remove it, or give "
+                         "another workdir")
+
+
+def earlier_results(workdir) -> tuple[list[Path], int]:
+    """A finished run's results in ``workdir`` (its best model, its value, its history) and
+    the first N free for all of them as ``<name>-previous-N``; ([], 0) where there are none."""
+    if workdir is None:
+        return [], 0
+    found = [Path(workdir) / name for name in (BEST_MODEL_FILE, BEST_INFO_FILE, HISTORY_FILE)]
+    found = [path for path in found if path.is_file()]
+    if not found:
+        return [], 0
+    number = 1
+    while any(previous_name(path, number).exists() or previous_name(path, number).is_symlink()
+              for path in found):
+        number += 1
+    return found, number
+
+
+def keep_earlier_results(workdir) -> list[str]:
+    """Rename a finished run's results in ``workdir`` to ``<name>-previous-N`` (one N for
+    all), so that a new run there replaces none of them; the new names, best model first.
+
+    A run that starts with no backup to resume writes its own ``best.keras`` and
+    ``history.csv``: without this, running the same script again loses the finished run's
+    history and best model.
+    """
+    found, number = earlier_results(workdir)
+    kept = []
+    for path in found:  # the model first: best.json alone never names a model not there
+        os.replace(path, previous_name(path, number))
+        kept.append(previous_name(path, number).name)
+    if kept:
+        fsync_dir(Path(workdir))
+        logger.warning("%s holds a finished run's results: kept as %s; this run writes its own",
+                       workdir, ", ".join(kept))
+    return kept
+
+
+def resume_point(workdir: Path | None, copy_to=None) -> tuple[int, int, str | None]:
+    """Where a rerun's fit resumes: the epochs the newest backup of ``workdir`` or ``copy_to``
+    holds (0: none), the steps of the next epoch it holds besides (a backup taken mid-epoch on
+    SIGTERM; else 0), and the copy's location when the newest is there (None: local).
 
     What the backup's restore takes first: the newest of the local folder's and the copy's
     (unfinished trainings', their weights of the recorded size), the local one on a tie. The
@@ -43,14 +130,14 @@ def resume_epoch(workdir: Path | None, copy_to=None) -> tuple[int, str | None]:
             look in (the message names the file).
     """
     if workdir is None:
-        return 0, None
+        return 0, 0, None
     try:
         candidates = read_backup_folder(Path(workdir) / BACKUP_FOLDER).candidates
     except TfoptError:
         if copy_to is None:
             raise
         candidates = ()  # the restore looks in the copy, and says why (backup.py)
-    best = (candidates[0].order, 1, candidates[0].epoch, None) if candidates else None
+    best = (candidates[0].order, 1, candidates[0], None) if candidates else None
     if copy_to is not None:
         store = BackupStore(copy_to)
         try:
@@ -61,9 +148,9 @@ def resume_epoch(workdir: Path | None, copy_to=None) -> tuple[int, str | None]:
             logger.warning("%s; resuming from the local folder alone", error)
             versions = []
         if versions:
-            newest = (versions[0].record.order, 0, versions[0].record.epoch, store.location)
+            newest = (versions[0].record.order, 0, versions[0].record, store.location)
             best = newest if best is None or newest[:2] > best[:2] else best
-    return (0, None) if best is None else (best[2], best[3])
+    return (0, 0, None) if best is None else (best[2].epoch, best[2].steps, best[3])
 
 
 class SpeChoice(NamedTuple):

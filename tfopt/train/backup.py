@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import tempfile
 import time
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from pathlib import Path
 import keras
 
 from tfopt._files import sha256_file
-from tfopt._internals.keras_model import set_initial_epoch
+from tfopt._internals.keras_model import seed_states, set_initial_epoch
 from tfopt._validate import optional_whole_number, whole_number
 from tfopt.errors import InvalidArgumentError, TfoptError
 from tfopt.train.backup_io import (
@@ -59,6 +60,7 @@ from tfopt.train.backup_records import (
 )
 from tfopt.train.backup_store import BackupCopier, BackupStore, StoreError, Version
 from tfopt.train.best_model import BestModelCheckpoint
+from tfopt.train.preemption import SignalWatch, TrainingPreempted
 
 logger = logging.getLogger("tfopt")
 
@@ -105,6 +107,10 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
             to delete nothing there. Defaults to None.
         long_term_dir: Where ``keep_every``'s backups go. Defaults to a ``long-term`` folder
             beside ``backup_dir``.
+        preemption: On SIGTERM (or a first Ctrl-C) during fit, back up at the next step
+            boundary and raise :class:`~tfopt.train.preemption.TrainingPreempted` (exit status
+            75; :mod:`tfopt.train.preemption`). One process only: under several workers the
+            signals act as they would without it. Defaults to True.
 
     Raises:
         TfoptError: (at the start of fit) a record file is unreadable or malformed; no backup
@@ -119,7 +125,7 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
 
     def __init__(self, backup_dir, save_freq="epoch", delete_checkpoint: bool = True,
                  keep: int = DEFAULT_KEEP, keep_every: int | None = None, copy_to=None,
-                 copy_keep: int | None = None, long_term_dir=None):
+                 copy_keep: int | None = None, long_term_dir=None, preemption: bool = True):
         super().__init__()
         if backup_dir is None or not os.fspath(backup_dir):
             raise InvalidArgumentError(f"backup_dir={backup_dir!r}: expected a folder path")
@@ -152,33 +158,66 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
         self._current_epoch = 0
         self._last_batch_seen = 0
         self._batches_since_backup = 0
+        self._steps_in_epoch = 0  # steps of the current epoch trained so far
+        self.preemption = bool(preemption)
+        self._watch = SignalWatch()
 
     def on_train_begin(self, logs=None):
         # Keras's version falls back to ".bkp" copies; here the fallback is an older backup
         self._restore_newest()
+        if self.preemption and not _several_workers(self.model):
+            self._watch.start()
 
     def on_epoch_begin(self, epoch, logs=None):
         # Keras's callback counts epochs from 0 in each process, so a backup in batches
         # during a resumed fit's first epoch would record epoch 0 with later weights
         self._current_epoch = epoch
+        self._steps_in_epoch = 0
+        if self._watch.requested:  # came during the last epoch's validation or its end
+            if self.save_freq != "epoch":
+                self._back_up()
+            self._preempted()
 
     def on_epoch_end(self, epoch, logs=None):
         self._current_epoch = epoch + 1
         self._last_batch_seen = 0
+        self._steps_in_epoch = 0
         if self.save_freq == "epoch":
             self._back_up()
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.save_freq == "epoch":
-            return
         # as Keras counts: ``batch`` is the last of the steps run since the previous call
         # (steps_per_execution), and a batch index that goes back starts a new epoch
         added = batch + 1 if batch <= self._last_batch_seen else batch - self._last_batch_seen
-        self._batches_since_backup += added
         self._last_batch_seen = batch
+        self._steps_in_epoch = batch + 1
+        epoch_steps = (self.params or {}).get("steps")
+        if self._watch.requested and (epoch_steps is None or batch + 1 < epoch_steps):
+            # the epoch's last step: its end (validation, logs, best model) comes first, and
+            # the next epoch's start stops the fit
+            self._back_up(steps=self._steps_in_epoch)
+            self._preempted()
+        if self.save_freq == "epoch":
+            return
+        self._batches_since_backup += added
         if self._batches_since_backup >= self.save_freq:
             self._batches_since_backup = 0
             self._back_up()
+
+    def stop_watching(self) -> None:
+        """Give SIGTERM and SIGINT their default handlers back (done at the end of every fit;
+        for a fit that ended by an exception, its caller's to do)."""
+        self._watch.stop()
+
+    def _preempted(self) -> None:
+        """The backup is written: wait for its copy, then end the fit and the process."""
+        if self.copier is not None:
+            self.copier.close()
+        self._watch.stop()
+        stopped = TrainingPreempted(self._watch.requested or "SIGTERM", self._current_epoch,
+                                    self._steps_in_epoch)
+        logger.warning("%s", stopped)
+        raise stopped
 
     def has_backup(self) -> bool:
         """Whether there is a backup to resume (this layout's or plain Keras's), or the last
@@ -328,6 +367,7 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
             self._run = candidate.version.run or self._run
             self._next_generation = max(self._next_generation, record.generation + 1)
         set_initial_epoch(self.model, record.epoch)  # what Keras's own callback sets
+        self._restore_seed_states(record)
         if planned is not None and record.epoch == planned:
             logger.warning(
                 "%s: the backup was taken after the last of the %d epochs: that training "
@@ -339,7 +379,20 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
             logger.info("restored the backup %s: training resumes at epoch %d",
                         candidate.shown, record.epoch + 1)
 
-    def _back_up(self):
+    def _restore_seed_states(self, record: BackupRecord) -> None:
+        """Give the random layers the seed states the backup recorded, so that they draw the
+        masks an uninterrupted fit would (a backup without them leaves the fresh ones)."""
+        states = seed_states(self.model)
+        if not record.rng:
+            return
+        if len(record.rng) != len(states):
+            logger.warning("%s: the backup records %d random layers' seed states and the model "
+                           "has %d: left as they are", self.folder, len(record.rng), len(states))
+            return
+        for state, saved in zip(states, record.rng, strict=True):
+            state.assign(saved)
+
+    def _back_up(self, steps: int = 0):
         if not is_chief(self.model):
             weights_bytes(self.model)  # the same variable reads as the chief's, nothing kept
             return
@@ -349,8 +402,11 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
         # the new weights under a new name: latest.json still names the previous ones
         write_bytes_atomically(path, weights_bytes(self.model),
                                self.folder / f"{TEMP_PREFIX}{name}")
+        rng = tuple(tuple(int(part) for part in state.numpy())
+                    for state in seed_states(self.model))
         record = BackupRecord(name, self._current_epoch, self._last_batch_seen, generation,
-                              sha256_file(path), path.stat().st_size, round(time.time(), 3))
+                              sha256_file(path), path.stat().st_size, round(time.time(), 3),
+                              steps, rng)
         kept = [record, *self._kept][:self.keep]
         # the commit point: from here the backup is the new one, the others its fallbacks
         write_json_atomically(self.folder / BACKUP_INFO_FILE,
@@ -385,6 +441,18 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
                 path.unlink()
 
     def on_train_end(self, logs=None):
+        requested = self._watch.requested
+        self._watch.stop()
+        if requested and not self.delete_checkpoint:
+            self._preempted()  # the signal came in the last epoch; its backup is kept
+        self._end_training()
+        if requested:
+            # the training had ended when the signal's step came: its results are written,
+            # and the signal now does what it would have done
+            logger.warning("%s came as the training ended: its results are kept", requested)
+            os.kill(os.getpid(), getattr(signal, requested))
+
+    def _end_training(self):
         if not is_chief(self.model):
             return
         if self.copier is not None:
@@ -435,6 +503,17 @@ def _link_or_copy(source: Path, link: Path) -> None:
                 f"{error.strerror or error}. Hint: free space on that disk.") from None
 
 
+def _several_workers(model) -> bool:
+    """Whether this fit is one of several worker processes: they would have to agree on the
+    step to stop at, which a signal each receives at its own moment cannot give."""
+    from tfopt.distribute.cluster import cluster_info
+
+    try:
+        return cluster_info().workers > 1
+    except TfoptError:
+        return True  # a malformed cluster setting: not one process for sure
+
+
 def _open_copy_store(copy_to) -> BackupStore | None:
     if copy_to is None:
         return None
@@ -459,7 +538,9 @@ def backup_callbacks(
 
     Call ``fit`` with the same ``directory`` after a crash and training resumes from the
     newest backup that verifies (see the module docstring for what is exact), its best value
-    included. A run that finds no backup starts afresh, best model included; a finished run's
+    included. SIGTERM (or a first Ctrl-C) during ``fit`` backs up at the next step and ends
+    the process with status 75 (:mod:`tfopt.train.preemption`); a fit resumed by hand starts
+    that epoch again from its first step (``tfopt.Run`` resumes after the steps it holds). A run that finds no backup starts afresh, best model included; a finished run's
     ``best.keras`` and ``best.json`` there are renamed to ``best-previous-N.keras``/``.json``.
     Under ``MultiWorkerMirroredStrategy`` give every worker the same ``directory`` on a shared
     file system: the chief writes, all restore from it. The model must be built (called on a

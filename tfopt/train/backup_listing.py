@@ -49,7 +49,7 @@ class BackupEntry:
 
     @property
     def order(self) -> tuple:
-        return self.record.order if self.record is not None else (-1, -1, 0.0)
+        return self.record.order if self.record is not None else (-1, -1, -1, 0.0)
 
     def to_json(self) -> dict:
         record = self.record

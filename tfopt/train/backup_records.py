@@ -12,7 +12,9 @@ The newest backup, then the ``keep`` - 1 before it, newest first: ``previous`` (
 first backup) and ``older`` (the rest). Each names its weights file with the SHA-256 and size
 taken when it was written, and ``time`` (seconds since the epoch). ``run`` names the training
 (the same across its restarts), so that its copies elsewhere are told from another run's.
-Format 2 has no ``older``, ``run`` or ``time``; format 1 (tfopt before checksums, no
+A backup taken mid-epoch on SIGTERM adds ``steps``: the steps of epoch ``epoch`` + 1 trained by
+then. A model with random layers (dropout) adds ``rng``: their seed generators' states, which
+``save_weights`` leaves out. Format 2 has no ``older``, ``run`` or ``time``; format 1 (tfopt before checksums, no
 ``format`` key) only ``epoch``, ``batch``, ``weights`` and ``generation``: its weights are
 restored unverified. Both are still read.
 
@@ -39,6 +41,7 @@ BACKUP_INFO_FILE = "latest.json"
 # the folders backup_callbacks lays out under its directory (tfopt.Run's workdir)
 BACKUP_FOLDER, LONG_TERM_FOLDER = "backup", "long-term"
 FORMAT = 3
+_MAX_SEED_STATES = 100_000  # random layers in one model: a bound on what a record may list
 # a file being written: never read, deleted by the next backup
 TEMP_PREFIX = ".tmp-"
 WEIGHTS_PREFIX, WEIGHTS_SUFFIX = "weights-", ".weights.h5"
@@ -78,8 +81,10 @@ class BackupRecord:
     """One backup: its weights file (a name in the folder) and the training state it holds.
 
     ``epoch`` is the number of epochs finished (the epoch a resumed fit starts at), ``batch``
-    the last batch seen in it. ``sha256`` and ``size`` are None for a backup written without
-    them (format 1, plain Keras): such weights are restored unverified.
+    the last batch seen in it, ``steps`` the steps of the next epoch already trained (0 but
+    for a backup taken mid-epoch on SIGTERM: ``tfopt.Run`` resumes after them). ``sha256``
+    and ``size`` are None for a backup written without them (format 1, plain Keras): such
+    weights are restored unverified.
     """
 
     weights: str
@@ -89,6 +94,8 @@ class BackupRecord:
     sha256: str | None = None
     size: int | None = None
     time: float | None = None
+    steps: int = 0
+    rng: tuple[tuple[int, ...], ...] = ()  # the random layers' seed states, in layer order
 
     @property
     def verified(self) -> bool:
@@ -97,11 +104,15 @@ class BackupRecord:
     @property
     def order(self) -> tuple:
         """Sorts backups oldest to newest: by training progress, then by when written."""
-        return self.epoch, self.batch, self.time or 0.0
+        return self.epoch, self.steps, self.batch, self.time or 0.0
 
     def to_json(self) -> dict:
         info = {"epoch": self.epoch, "batch": self.batch, "weights": self.weights,
                 "generation": self.generation, "sha256": self.sha256, "size": self.size}
+        if self.steps:
+            info["steps"] = self.steps
+        if self.rng:
+            info["rng"] = [list(state) for state in self.rng]
         if self.time is not None:
             info["time"] = self.time
         return info
@@ -293,8 +304,14 @@ def parse_record(info: dict, path, folder, checked: bool, where: str) -> BackupR
     if written is not None and (isinstance(written, bool) or not isinstance(written, (int, float))
                                 or not math.isfinite(written) or written < 0):
         raise fail("time", "the time it was written (seconds since 1970, >= 0) or no time key")
+    rng = info.get("rng", [])
+    if not (isinstance(rng, list) and len(rng) <= _MAX_SEED_STATES
+            and all(isinstance(state, list) and len(state) == 2
+                    and all(is_int(part) for part in state) for state in rng)):
+        raise fail("rng", "the random layers' seed states: a list of [seed, counter] pairs")
     return BackupRecord(name, count("epoch"), count("batch", 0), count("generation", 0),
-                        sha256, size, None if written is None else float(written))
+                        sha256, size, None if written is None else float(written),
+                        count("steps", 0), tuple(tuple(int(p) for p in s) for s in rng))
 
 
 def _read_keras(folder: Path) -> BackupRecord:

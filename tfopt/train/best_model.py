@@ -28,10 +28,10 @@ from tfopt.train.backup_io import (
 
 logger = logging.getLogger("tfopt")
 
-__all__ = ["BestModelCheckpoint"]
+__all__ = ["BestModelCheckpoint", "previous_name"]
 
 
-def _previous(path: Path, number: int) -> Path:
+def previous_name(path: Path, number: int) -> Path:
     """``best.keras`` -> ``best-previous-1.keras``: the name keeps the suffix Keras checks."""
     return path.with_name(f"{path.stem}-previous-{number}{path.suffix}")
 
@@ -107,15 +107,15 @@ class BestModelCheckpoint(keras.callbacks.Callback):
         if not old or not is_chief(self.model):
             return
         number = 1
-        while any(_previous(path, number).exists() for path in (model_path, self.info_path)):
+        while any(previous_name(path, number).exists() for path in (model_path, self.info_path)):
             number += 1
         # the model first: best.json left alone never names a model that is not there
         for path in old:
-            os.replace(path, _previous(path, number))
+            os.replace(path, previous_name(path, number))
         logger.warning(
             "%s holds a finished run's best model and no backup to resume: this run tracks "
             "its own best; the previous files are now %s", model_path.parent,
-            ", ".join(_previous(path, number).name for path in old))
+            ", ".join(previous_name(path, number).name for path in old))
 
     def _restore_best(self) -> None:
         if not (self.info_path.exists() and Path(self.filepath).exists()):

@@ -1,0 +1,64 @@
+"""tfopt profile --try's input trial on real fits: the script's input against tfopt's, each
+kind of source, and the inputs it has nothing to try for."""
+
+import keras
+import numpy as np
+import pandas as pd
+import pytest
+import tensorflow as tf
+
+from tfopt.profile.input_trial import try_input
+
+
+def fit(model, **arguments):
+    return model.fit(**arguments)
+
+
+@pytest.fixture()
+def model():
+    keras.utils.set_random_seed(0)
+    made = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, activation="relu"),
+                             keras.layers.Dense(1)])
+    made.compile(optimizer="adam", loss="mse")
+    return made
+
+
+def test_arrays_are_timed_against_run_s_in_memory_pipeline(model):
+    x = np.random.default_rng(0).normal(size=(4096, 8)).astype("float32")
+    y = x.sum(axis=1, keepdims=True)
+    trial = try_input(fit, model, {"x": x, "y": y, "batch_size": 64, "validation_split": 0.1},
+                      "arrays", 0.5)
+    assert trial.ratio is not None and trial.ratio > 0 and trial.reason == ""
+    assert "in-memory tf.data pipeline" in trial.changes[0]
+
+
+def test_a_dataframe_is_timed_as_its_matrix(model):
+    frame = pd.DataFrame(np.random.default_rng(1).normal(size=(2048, 8)).astype("float32"),
+                         columns=[f"c{i}" for i in range(8)])
+    trial = try_input(fit, model, {"x": frame, "y": frame.sum(axis=1).to_numpy(),
+                                   "batch_size": 32}, "dataframe", 0.5)
+    assert trial.ratio is not None and trial.ratio > 0
+
+
+def test_a_slow_sequential_map_is_rewritten_and_timed(model):
+    def slow(x, y):  # a map whose calls cost time: worth parallel calls on 2 cores
+        for _ in range(40):
+            x = tf.sin(x) + 0.001 * tf.linalg.matmul(tf.ones((8, 8)), tf.reshape(x, (8, 1)))[:, 0]
+        return x, y
+
+    rows = np.random.default_rng(2).normal(size=(2048, 8)).astype("float32")
+    dataset = tf.data.Dataset.from_tensor_slices((rows, rows[:, :1])).map(slow).batch(32)
+    trial = try_input(fit, model, {"x": dataset}, "dataset", 1.0)
+    assert trial.changes, trial.reason  # what optimize changed, named
+    assert trial.ratio is not None and trial.ratio > 0
+
+
+def test_inputs_without_a_rewrite_say_why(model):
+    def batches():
+        while True:
+            yield np.zeros((8, 8), "float32"), np.zeros((8, 1), "float32")
+
+    trial = try_input(fit, model, {"x": batches()}, "generator", 0.5)
+    assert trial.ratio is None and "generator" in trial.reason
+    trial = try_input(fit, model, {"x": np.zeros((64, 8), "float32")}, "arrays", 0.5)
+    assert trial.ratio is None and "without y" in trial.reason

@@ -1,0 +1,107 @@
+"""Preemption: SIGTERM (and a first Ctrl-C) during ``fit`` answered with a backup at the next
+step boundary and a clean exit, instead of the loss of the epoch under way.
+
+Spot and preemptible VMs, Kubernetes and Slurm (``--signal``) send SIGTERM and wait a grace
+period before SIGKILL. Python runs a signal handler only between bytecodes of the main thread,
+so the handler here only notes the signal; the backup callback looks at the note after each
+step (:meth:`SignalWatch.requested`), writes its backup as every backup is written (atomic,
+checksummed) and raises :class:`TrainingPreempted`, a ``SystemExit`` with
+:data:`PREEMPTED_EXIT`: the script ends there, with a status that says "run me again".
+
+A step boundary may not come in time (a step that takes minutes, a fit that ended by an
+exception and left the handler in place): :data:`GRACE_S` after a SIGTERM, a watchdog thread
+ends the process as the signal would have, with no backup. A second SIGTERM while the backup
+is written is ignored (the backup finishes; the previous one is intact whatever happens, since
+each is written under a temporary name); a second Ctrl-C raises ``KeyboardInterrupt`` as
+Python's own handler does.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+
+logger = logging.getLogger("tfopt")
+
+__all__ = ["GRACE_S", "PREEMPTED_EXIT", "SignalWatch", "TrainingPreempted"]
+
+PREEMPTED_EXIT = 75  # EX_TEMPFAIL (sysexits.h): a temporary failure, to be tried again
+# a step boundary is awaited this long after SIGTERM; then the process ends without a backup.
+# Kubernetes' default grace period is 30 s, and a scheduler's SIGKILL must not come first
+GRACE_S = 25.0
+_WATCHED = (signal.SIGTERM, signal.SIGINT)
+_DEFAULTS = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}
+
+
+class TrainingPreempted(SystemExit):
+    """The fit stopped at a step boundary after SIGTERM (or Ctrl-C), its backup written: the
+    process exits with :data:`PREEMPTED_EXIT`, and the same command run again resumes there.
+
+    Attributes:
+        signal_name: "SIGTERM" or "SIGINT".
+        epoch: Epochs finished when the backup was taken.
+        steps: Steps of the next epoch trained by then (0: at an epoch's end).
+    """
+
+    def __init__(self, signal_name: str, epoch: int, steps: int):
+        super().__init__(PREEMPTED_EXIT)
+        self.signal_name, self.epoch, self.steps = signal_name, epoch, steps
+
+    def __str__(self) -> str:
+        where = (f"epoch {self.epoch + 1}, step {self.steps}" if self.steps
+                 else f"the end of epoch {self.epoch}")
+        return (f"{self.signal_name}: training stopped at {where}, its backup written; run "
+                "the same command again to resume there")
+
+
+class SignalWatch:
+    """Notes SIGTERM and a first SIGINT while started (main thread only, and only where the
+    program left Python's default handlers), for the fit to answer at its next step."""
+
+    def __init__(self, grace_s: float = GRACE_S):
+        self.grace_s = grace_s
+        self.requested: str | None = None  # the signal's name, once one came
+        self._taken: list[int] = []
+        self._timer: threading.Timer | None = None
+
+    def start(self) -> None:
+        if self._taken or threading.current_thread() is not threading.main_thread():
+            return
+        self.requested = None
+        for signum in _WATCHED:
+            if signal.getsignal(signum) is _DEFAULTS[signum]:
+                signal.signal(signum, self._on_signal)
+                self._taken.append(signum)
+
+    def stop(self) -> None:
+        """Give the signals their default handlers back, the watchdog cancelled."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in self._taken:
+            signal.signal(signum, _DEFAULTS[signum])
+        self._taken = []
+
+    def _on_signal(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.requested is not None:
+            if signum == signal.SIGINT:  # a second Ctrl-C: stop now, as Python would
+                self.stop()
+                raise KeyboardInterrupt
+            return  # a second SIGTERM: the backup under way finishes
+        self.requested = name
+        logger.warning("%s: training stops at the next step boundary, after a backup", name)
+        if signum == signal.SIGTERM:
+            self._timer = threading.Timer(self.grace_s, self._give_up, (signum,))
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _give_up(self, signum: int) -> None:
+        logger.error("%s: no step boundary within %g s: exiting without a backup (the newest "
+                     "one before it is kept)", signal.Signals(signum).name, self.grace_s)
+        logging.shutdown()
+        os._exit(128 + signum)  # as the signal's default action would end it
