@@ -3,6 +3,7 @@ data); what they measure is theirs to print, not asserted here."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -48,3 +49,13 @@ def test_bench_one_epoch_times_the_three_fits_and_prints_their_ratios(tmp_path):
         assert re.search(rf"^  {re.escape(name)} +[\d.]+ s +[\d.]+x the guide", done.stdout,
                          re.MULTILINE), done.stdout
     assert re.search(r"^cache auto / cache=True: [\d.]+x", done.stdout, re.MULTILINE)
+
+
+def test_bench_preemption_stops_tfopt_at_a_step_and_keras_at_once(tmp_path):
+    done = subprocess.run([sys.executable, str(SCRIPTS / "bench_preemption.py"), "--repeats",
+                           "1"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    arms = {line["arm"]: line for line in map(json.loads, done.stdout.splitlines())}
+    assert arms["tfopt"]["statuses"] == [75] and arms["tfopt"]["steps_kept"][0] > 0
+    assert arms["keras"]["statuses"] == [-15] and arms["keras"]["steps_kept"] == [0]
+    assert 0 < arms["tfopt"]["median_s"] < 30  # the grace period the docs ask for

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import stat
 from pathlib import Path
@@ -111,3 +112,57 @@ def special_kind(mode: int) -> str | None:
     """``"a named pipe (FIFO)"`` and the like for a file that is neither regular nor a folder
     (``os.stat(path).st_mode``); None for anything else."""
     return next((name for test, name in _SPECIAL_KINDS if test(mode)), None)
+
+
+class SmallFileError(ValueError):
+    """What :func:`read_small_json` found wrong with a file: ``problem`` is the words after
+    ``path:`` (the caller adds what the file is and what to do)."""
+
+    def __init__(self, path: Path, problem: str):
+        super().__init__(f"{path}: {problem}")
+        self.path, self.problem = path, problem
+
+
+def read_small_json(path, max_bytes: int, *, within=None):
+    """The JSON value of a small record file (a manifest, a backup record, a pointer), read
+    with every bound a hostile file could break: a regular file (a named pipe, a device or
+    ``/dev/zero`` behind a link is refused without blocking or reading it), inside ``within``
+    where given (a link out of the folder is refused), at most ``max_bytes``, nested no deeper
+    than Python's parser can go.
+
+    Raises:
+        FileNotFoundError: The file does not exist.
+        SmallFileError: Anything else that makes it unusable, in words.
+    """
+    path = Path(path)
+    if within is not None:
+        inside = os.path.realpath(within)
+        if os.path.commonpath([os.path.realpath(path), inside]) != inside:
+            raise SmallFileError(path, f"is a link out of {within} (to "
+                                       f"{os.path.realpath(path)!r}); expected a file there")
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        raise SmallFileError(path, f"cannot be read ({error.strerror or error})") from None
+    with open(descriptor, "rb", closefd=True) as handle:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            kind = special_kind(status.st_mode) or "a folder"
+            raise SmallFileError(path, f"is {kind}, not a regular file")
+        if status.st_size > max_bytes:
+            raise SmallFileError(path, f"holds {status.st_size:,} bytes, more than such a "
+                                       f"file's {max_bytes:,}")
+        try:
+            data = handle.read(max_bytes + 1)
+        except OSError as error:
+            raise SmallFileError(path, f"cannot be read ({error.strerror or error})") from None
+    if len(data) > max_bytes:  # grew since its size was read
+        raise SmallFileError(path, f"holds more than such a file's {max_bytes:,} bytes")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise SmallFileError(path, "is JSON nested too deeply to read") from None
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+        raise SmallFileError(path, f"not JSON ({error})") from None

@@ -41,6 +41,22 @@ class PendingSignal:
             raise self._make_exception()
 
 
+def replaceable(signum: int) -> bool:
+    """Whether ``signum``'s handler may be replaced: Python's default, or a tfopt handler left
+    idle (one whose ``tfopt_idle()`` says so: the preemption handler of a fit that ended by an
+    exception, which Keras gives no callback for)."""
+    handler = signal.getsignal(signum)
+    if handler is _DEFAULT_HANDLERS[signum]:
+        return True
+    idle = getattr(handler, "tfopt_idle", None)
+    return callable(idle) and bool(idle())
+
+
+def default_handler(signum: int):
+    """The handler ``signum`` has when nobody has replaced it."""
+    return _DEFAULT_HANDLERS[signum]
+
+
 @contextlib.contextmanager
 def signals_raise(
         exceptions: Mapping[int, Callable[[], BaseException]]) -> Iterator[PendingSignal]:
@@ -55,8 +71,7 @@ def signals_raise(
     if threading.current_thread() is not threading.main_thread():
         yield pending
         return
-    taken = [signum for signum in exceptions
-             if signal.getsignal(signum) is _DEFAULT_HANDLERS[signum]]
+    taken = [signum for signum in exceptions if replaceable(signum)]
 
     def on_signal(signum, frame):
         pending.record(exceptions[signum])

@@ -17,6 +17,7 @@ tests/records/test_convert_hostile_files.py and test_verify.py try those where t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -616,6 +617,68 @@ def odd_path_cases(root: Path) -> list[Case]:
     return [Case(f"path/{command}_{name}", [command, str(path)],
                  "reject" if (command, name) == ("verify", "text_file") else "refuse")
             for name, path in paths.items() for command in ("verify", "inspect")]
+
+
+# --- record files that are not what they claim -----------------------------------------------
+
+def record_file_cases(root: Path, pristine: Path) -> list[Case]:
+    """A manifest and a backup record replaced by what a reader must not trust: a named pipe
+    (would block a plain open), a link to /dev/zero (would fill the memory), JSON nested past
+    the parser, values of the wrong type or past any date. Each is one line, never a hang, a
+    traceback or a folder taken for one without a manifest."""
+    root.mkdir(parents=True)
+    cases = []
+
+    def manifest(name, make):
+        dataset = root / f"manifest_{name}"
+        shutil.copytree(pristine, dataset, symlinks=True)
+        path = dataset / "manifest.json"
+        path.unlink()
+        make(path)
+        cases.append(Case(f"records/verify_manifest_{name}", ["verify", str(dataset), "-q"],
+                          "reject"))
+        cases.append(Case(f"records/inspect_manifest_{name}", ["inspect", str(dataset)],
+                          "refuse"))
+
+    nested = "[" * 200_000 + "]" * 200_000
+    manifest("fifo", os.mkfifo)
+    manifest("link_to_dev_zero", lambda path: path.symlink_to("/dev/zero"))
+    manifest("nested_200000_deep", lambda path: path.write_text(nested))
+
+    good = {"format": 3, "epoch": 1, "batch": 0, "weights": "weights-000001.weights.h5",
+            "generation": 1, "sha256": "a" * 64, "size": 10, "time": 1764830000.5}
+
+    def backup(name, make):
+        workdir = root / f"backup_{name}"
+        (workdir / "backup").mkdir(parents=True)
+        (workdir / "backup" / "weights-000001.weights.h5").write_bytes(b"0123456789")
+        make(workdir / "backup" / "latest.json")
+        cases.append(Case(f"records/backups_latest_{name}", ["backups", str(workdir)],
+                          "accept"))
+
+    def record(**changes):
+        return lambda path: path.write_text(json.dumps({**good, **changes}))
+
+    backup("fifo", os.mkfifo)
+    backup("link_to_dev_zero", lambda path: path.symlink_to("/dev/zero"))
+    backup("nested_200000_deep", lambda path: path.write_text(nested))
+    backup("epoch_1e400", lambda path: path.write_text(
+        json.dumps(good).replace('"epoch": 1', '"epoch": 1e400')))
+    backup("time_1e300", record(time=1e300))
+    backup("epoch_a_string", record(epoch="three"))
+    backup("weights_a_path_out", record(weights="../../etc/passwd"))
+    backup("rng_not_pairs", record(rng=[[1, 2, 3]]))
+
+    # a workdir whose name is not UTF-8, listed to a stdout that encodes strictly
+    weights = b"0123456789"
+    workdir = root / os.fsdecode(b"run-\xff")
+    (workdir / "backup").mkdir(parents=True)
+    (workdir / "backup" / "weights-000001.weights.h5").write_bytes(weights)
+    (workdir / "backup" / "latest.json").write_text(json.dumps(
+        {**good, "sha256": hashlib.sha256(weights).hexdigest()}))
+    cases.append(Case("records/backups_of_a_folder_not_utf8_strict_stdout",
+                      ["backups", str(workdir)], "accept", env=STRICT_UTF8))
+    return cases
 
 
 # --- numbers on the command line past any machine ------------------------------------------

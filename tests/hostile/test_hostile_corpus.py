@@ -36,6 +36,7 @@ from hostile_inputs import (
     number_cases,
     numpy_cases,
     odd_path_cases,
+    record_file_cases,
     source_cases,
     table_cases,
 )
@@ -131,6 +132,7 @@ def corpus(tmp_path_factory, tf):
              + damage_cases(root / "damaged", pristine)
              + example_cases(root / "examples", pristine) + name_cases(root / "names", jpeg)
              + gzip_bomb_cases(root / "bomb") + number_cases(root / "numbers")
+             + record_file_cases(root / "records", pristine)
              + interrupted_cases(root / "killed", big, records=300))
     destinations_before = {c.name: _listing(c.dst) for c in cases if c.dst is not None}
     read_back = ReadBack()

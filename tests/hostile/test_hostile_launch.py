@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -221,3 +222,36 @@ def test_no_process_of_the_job_outlives_the_launcher(tmp_path, end, signum, code
                 pid = int((pids / name).read_text())
                 if not is_gone(pid):
                     os.kill(pid, signal.SIGKILL)
+
+
+def _peak_rss_kib(pid: int) -> int:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in status.splitlines()
+                 if line.startswith("VmHWM:")), 0)
+
+
+@linux_only
+def test_a_worker_printing_one_endless_line_does_not_fill_the_launchers_memory(tmp_path):
+    # 300 MB on one line, written a megabyte at a time (the worker holds none of it whole)
+    script = tmp_path / "loud.py"
+    script.write_text("import sys\nfor _ in range(300):\n    sys.stdout.write('x' * 1_000_000)\n"
+                      "sys.stdout.write('\\nafter\\n')\n")
+    process = start_tfopt("launch", "-n", "1", "--", sys.executable, str(script))
+    peak, chunks = 0, []
+    reader = threading.Thread(
+        target=lambda: chunks.append(process.stdout.read()), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + HANG_S
+    while process.poll() is None and time.monotonic() < deadline:
+        peak = max(peak, _peak_rss_kib(process.pid))
+        time.sleep(0.05)
+    _, stderr = finish(process)
+    reader.join(10)
+    assert process.returncode == 0, stderr[-2000:]
+    out = chunks[0] if chunks else ""
+    assert "more bytes of the line above not shown" in out and "after" in out
+    assert len(out) < 1_000_000  # cut, not relayed whole
+    assert peak < 200 * 1024, f"the launcher peaked at {peak / 1024:.0f} MiB"

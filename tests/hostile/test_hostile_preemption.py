@@ -204,3 +204,38 @@ def test_backup_callbacks_by_hand_stop_the_same_way_and_resume_at_the_epochs_sta
     assert json.loads(tagged(resumed, "EPOCHS")[0]) == [1, 2]
     steps = [tuple(map(int, s.split())) for s in tagged(resumed, "STEP")]
     assert steps[0] == (1, 0)  # the epoch again from its first step, as Keras's callback does
+
+
+LEFT_OVER = textwrap.dedent("""
+    import os, signal, sys, time
+    import numpy as np
+    import keras
+    from tfopt._signals import replaceable
+    from tfopt.train.backup import backup_callbacks
+
+    class Boom(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            raise RuntimeError("the fit ends by an exception: Keras calls no on_train_end")
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    try:
+        model.fit(np.zeros((16, 4)), np.zeros((16, 1)), epochs=2, verbose=0,
+                  callbacks=[*backup_callbacks(sys.argv[1], monitor="loss"), Boom()])
+    except RuntimeError:
+        pass
+    print("REPLACEABLE", replaceable(signal.SIGTERM), replaceable(signal.SIGINT), flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)  # no fit runs: the signal does what it always did
+    time.sleep(30)
+    print("STILL ALIVE", flush=True)
+""")
+
+
+def test_a_fit_ended_by_an_exception_leaves_sigterm_its_default_action(tmp_path):
+    script = tmp_path / "left_over.py"
+    script.write_text(LEFT_OVER)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=120)
+    assert "REPLACEABLE True True" in done.stdout, done.stderr[-3000:]
+    assert "STILL ALIVE" not in done.stdout
+    assert done.returncode == -signal.SIGTERM, done.stderr[-3000:]

@@ -157,3 +157,49 @@ def test_workdir_files_that_are_links_or_special_are_refused_before_anything_is_
     assert "\n" not in str(caught.value)
     assert outside.read_text() == "not tfopt's"
     assert sorted(p.name for p in workdir.iterdir()) == [name]
+
+
+BY_HAND = textwrap.dedent("""
+    import sys, time
+    import numpy as np
+    import keras
+    from tfopt.errors import TfoptError
+    from tfopt.train.backup import backup_callbacks
+
+    class Hold(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if sys.argv[2] == "hold":
+                print("held", flush=True)
+                time.sleep(600)
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    try:
+        model.fit(np.zeros((16, 4)), np.zeros((16, 1)), epochs=2, verbose=0,
+                  callbacks=[*backup_callbacks(sys.argv[1], monitor="loss"), Hold()])
+    except TfoptError as error:
+        print(f"{type(error).__name__}: {error}", flush=True)
+        sys.exit(3)
+    print("ok", flush=True)
+""")
+
+
+@pytest.mark.slow
+def test_two_trainings_by_hand_on_one_backup_folder_the_second_is_refused(tmp_path):
+    script = tmp_path / "by_hand.py"
+    script.write_text(BY_HAND)
+    folder = tmp_path / "shared"
+    first = subprocess.Popen([sys.executable, str(script), str(folder), "hold"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline().strip() == "held", first.stderr.read()
+        kept = sorted(p.name for p in (folder / "backup").iterdir())
+        second = subprocess.run([sys.executable, str(script), str(folder), "go"],
+                                capture_output=True, text=True, timeout=300)
+        assert second.returncode == 3, second.stderr[-2000:]
+        line = second.stdout.strip()
+        assert line.startswith("TfoptError: ") and f"process {first.pid}" in line, line
+        assert sorted(p.name for p in (folder / "backup").iterdir()) == kept  # untouched
+    finally:
+        first.kill()
+        first.wait()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
 import math
@@ -39,11 +40,59 @@ class TfoptGroup(click.Group):
             return super().invoke(ctx)
         except TfoptError as error:
             fail(f"error: {error}", str(error), 1)
+        except MemoryError:
+            message = ("out of memory (MemoryError): this process's memory limit (ulimit -v, a "
+                       "container's) is below what the command needs; raise the limit or give "
+                       "it less data at a time")
+            fail(f"error: {message}", message, 1)
+        except OSError as error:
+            message = resource_problem(error)
+            if message is None:
+                raise
+            fail(f"error: {message}", message, 1)
         except click.ClickException as error:
             if not getattr(error, "tfopt_json_sent", False) and ctx.meta.get(_JSON_REQUESTED):
                 echo_json({"error": error.format_message(), "exit_code": error.exit_code})
                 error.tfopt_json_sent = True  # an enclosing group sends none again
             raise
+
+
+_RESOURCE_LIMITS = {
+    errno.EFBIG: "file too large for this process's file-size limit (ulimit -f) or the file "
+                 "system; raise the limit, or write smaller files (--shard-size)",
+    errno.ENOSPC: "no space left on the device; free space or write elsewhere",
+    errno.EDQUOT: "the disk quota is used up; free space or write elsewhere",
+    errno.EMFILE: "too many open files for this process's limit (ulimit -n); raise it",
+    errno.ENFILE: "too many open files on this system",
+}
+
+
+def resource_problem(error: OSError) -> str | None:
+    """One line for an ``OSError`` that a limit of the machine caused (a full disk, a file-size
+    or open-files limit), naming the file where there is one; None for any other."""
+    limit = _RESOURCE_LIMITS.get(error.errno)
+    if limit is None:
+        return None
+    where = f"{error.filename}: " if error.filename else ""
+    return f"{where}{limit} ({error.strerror or errno.errorcode.get(error.errno)})"
+
+
+def echo_text(text: str, err: bool = False) -> None:
+    """``click.echo`` for text that holds paths and names: a name that is not UTF-8 (Python's
+    lone surrogates) is written ``\\xNN``, a character the stream's encoding lacks (LANG=C)
+    ``\\xNN``/``\\uNNNN``, instead of ending the command in a UnicodeEncodeError after its
+    work is done."""
+    stream = click.get_text_stream("stderr" if err else "stdout")
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        text.encode(encoding, getattr(stream, "errors", None) or "strict")
+    except UnicodeEncodeError:
+        try:  # a file name's bytes that are not UTF-8, as \xNN (shown_name's form)
+            text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:
+            pass
+        text = text.encode(encoding, "backslashreplace").decode(encoding)
+    click.echo(text, err=err)
 
 
 def fail(line: str | None, error: str, exit_code: int) -> NoReturn:

@@ -7,7 +7,7 @@ import time
 
 import click
 
-from tfopt.cli._common import echo_json, json_option, table
+from tfopt.cli._common import echo_json, echo_text, json_option, table
 from tfopt.train.backup_listing import Place, list_backups
 
 
@@ -30,12 +30,12 @@ def backups(directory: str, copy_to: str | None, as_json: bool) -> None:
         echo_json(listing.to_json())
         return
     for problem in listing.problems:
-        click.echo(f"tfopt: warning: {problem}", err=True)
+        echo_text(f"tfopt: warning: {problem}", err=True)
     long_term = sorted({e.location for e in listing.entries if e.place is Place.LONG_TERM})
     shown = [str(listing.folder), *long_term, *([listing.copy_to] if listing.copy_to else [])]
     places = ", ".join(shown[:-1]) + " and " + shown[-1] if len(shown) > 1 else shown[0]
     if not listing.entries:
-        click.echo(f"no backups in {places}: a fit would start from scratch")
+        echo_text(f"no backups in {places}: a fit would start from scratch")
         return
     rows = []
     for entry in listing.entries:
@@ -45,17 +45,17 @@ def backups(directory: str, copy_to: str | None, as_json: bool) -> None:
                      "-" if record is None else record.batch,
                      _when(None if record is None else record.time), state,
                      entry.name + (f": {entry.problem}" if entry.problem else "")])
-    click.echo(f"backups in {places}, newest first:")
-    click.echo(table(rows, ["place", "epochs", "batch", "written", "state", "file"],
+    echo_text(f"backups in {places}, newest first:")
+    echo_text(table(rows, ["place", "epochs", "batch", "written", "state", "file"],
                      "lrrlll"))
     chosen = listing.restore
     if chosen is None:
         recorded = any(entry.record is not None and entry.place is not Place.LONG_TERM
                        and not entry.finished for entry in listing.entries)
-        click.echo("restore: none verifies: a fit stops with an error naming each" if recorded
+        echo_text("restore: none verifies: a fit stops with an error naming each" if recorded
                    else "restore: none: a fit starts from scratch")
     else:
-        click.echo(f"restore: {chosen.place.value} {chosen.location.rstrip('/')}/{chosen.name} "
+        echo_text(f"restore: {chosen.place.value} {chosen.location.rstrip('/')}/{chosen.name} "
                    f"(after {chosen.record.epoch} epochs)")
 
 

@@ -9,6 +9,7 @@ import click
 from tfopt.cli._common import (
     ByteSize,
     echo_json,
+    echo_text,
     fail,
     human_bytes,
     json_option,
@@ -22,24 +23,6 @@ _INT64_MAX = (1 << 63) - 1  # TensorFlow's take() counts records in int64
 _SKIPPED_SHOWN = 5  # skipped items named on the terminal; the manifest lists every one
 _quiet = click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 _json = json_option()
-
-
-def _echo(text: str) -> None:
-    """``click.echo`` on stdout for text that holds paths and names: a name that is not UTF-8
-    (Python's lone surrogates) is written ``\\xNN``, a character stdout's encoding lacks
-    (LANG=C) ``\\xNN``/``\\uNNNN``, instead of ending the command in a UnicodeEncodeError
-    after its work is done."""
-    stream = click.get_text_stream("stdout")
-    encoding = getattr(stream, "encoding", None) or "utf-8"
-    try:
-        text.encode(encoding, getattr(stream, "errors", None) or "strict")
-    except UnicodeEncodeError:
-        try:  # a file name's bytes that are not UTF-8, as \xNN (shown_name's form)
-            text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        except UnicodeEncodeError:
-            pass
-        text = text.encode(encoding, "backslashreplace").decode(encoding)
-    click.echo(text)
 
 
 @click.command("demo-data")
@@ -148,8 +131,8 @@ def convert(src, dst, quiet, as_json, **options):
             for name, split in summary["splits"].items()]
     rows.append(["total", summary["records"], sum(s["shards"] for s in summary["splits"].values()),
                  human_bytes(summary["bytes"])])
-    _echo(table(rows, ["split", "records", "shards", "bytes"]))
-    _echo(f"{summary['seconds']:.1f} s, {summary['records_per_second']:,.0f} records/s"
+    echo_text(table(rows, ["split", "records", "shards", "bytes"]))
+    echo_text(f"{summary['seconds']:.1f} s, {summary['records_per_second']:,.0f} records/s"
                f"; skipped {summary['skipped']}; resumed shards {summary['resumed_shards']}")
     skipped = result.manifest.skipped
     for item in skipped[:_SKIPPED_SHOWN]:
@@ -159,7 +142,7 @@ def convert(src, dst, quiet, as_json, **options):
                 if len(skipped) > _SKIPPED_SHOWN else "each")
         click.echo(f"skipped: {more} are listed with the reason under \"skipped\" in "
                    f"{Path(result.path) / MANIFEST_NAME}", err=True)
-    _echo(f"dataset: {result.path}")
+    echo_text(f"dataset: {result.path}")
 
 
 @click.command("inspect")
@@ -178,7 +161,7 @@ def inspect(path, fast, sample, quiet, as_json):
     if as_json:
         echo_json(result.to_json())
         return
-    _echo(result.describe())
+    echo_text(result.describe())
 
 
 @click.command("verify")
@@ -195,7 +178,7 @@ def verify(path, workers, quiet, as_json):
     if as_json:
         echo_json(result.to_json())
     else:
-        _echo(result.describe())
+        echo_text(result.describe())
     raise SystemExit(0 if result.ok else 1)
 
 

@@ -58,6 +58,7 @@ DEFAULT_ATTEMPTS = 3
 
 # Lines of each worker's output kept to recognise a port clash after it exits.
 _TAIL_LINES = 50
+MAX_LINE_BYTES = 64 << 10  # a worker's line is handed on up to this; the rest is dropped
 
 # What gRPC and Python print when a port is taken (TensorFlow's server start-up goes through
 # gRPC: "Address already in use", "Failed to add port to server", "Could not start gRPC server").
@@ -153,9 +154,22 @@ def _is_hidden_tf_line(line: str, hidden: frozenset[str]) -> bool:
 
 
 def _read_lines(pipe, worker: int, stream: str, lines: queue.Queue) -> None:
+    """Hand on each line of ``pipe``; a line longer than :data:`MAX_LINE_BYTES` is handed on
+    cut there, and the rest of it read and dropped: a worker printing one endless line (a
+    progress bar without newlines, an array printed whole) cannot fill the launcher's memory."""
+    cutting, dropped = False, 0  # in a line past its cut, and the bytes dropped of it
     with pipe:
-        for raw in iter(pipe.readline, b""):
+        for raw in iter(lambda: pipe.readline(MAX_LINE_BYTES), b""):
+            ended = raw.endswith(b"\n")
+            if cutting:
+                dropped += len(raw)
+                if ended:
+                    lines.put((worker, stream, f"[tfopt launch: {dropped:,} more bytes of the "
+                                               "line above not shown]"))
+                    cutting, dropped = False, 0
+                continue
             lines.put((worker, stream, raw.decode("utf-8", errors="replace").rstrip("\r\n")))
+            cutting = not ended and len(raw) >= MAX_LINE_BYTES
     lines.put((worker, stream, None))  # end of this stream
 
 

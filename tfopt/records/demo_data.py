@@ -338,8 +338,8 @@ def make_demo_data(dst, count: int = 3000, classes: int = 10, seed: int = 0,
     kind = choice(DemoKind, kind, "kind")
     classes = whole_number(classes, "classes", 2, maximum=len(CLASS_NAMES))
     count = whole_number(count, "count", classes,
-                         f"an int from classes ({classes}: at least one image per class) to "
-                         f"{MAX_DEMO_IMAGES:,} (a demo folder, not a dataset)",
+                         f"an int >= classes ({classes}): at least one image per class, and "
+                         f"at most {MAX_DEMO_IMAGES:,} (a demo folder, not a dataset)",
                          maximum=MAX_DEMO_IMAGES)
     largest = _NOISE_TILE_SIDE if kind is DemoKind.SHAPES else MAX_PHOTO_SIDE
     default_min, default_max = _DEFAULT_SIZES[kind]

@@ -12,12 +12,14 @@ import json
 import os
 from pathlib import Path
 
-from tfopt._files import atomic_write_bytes
+from tfopt._files import SmallFileError, atomic_write_bytes, read_small_json, special_kind
 from tfopt.errors import DatasetError, NoManifestError
 from tfopt.records.schema import FeatureKind, FeatureSpec
 
 MANIFEST_NAME = "manifest.json"
 FORMAT_VERSION = 1
+# a manifest lists its shards and features: a million shards stays far below this
+MAX_MANIFEST_BYTES = 256 << 20
 # Present while a conversion is under way or was interrupted; removed once the manifest exists.
 JOURNAL_NAME = ".tfopt-convert-journal.jsonl"
 # Hidden folders beside a dataset folder DST while ``convert --overwrite`` replaces it:
@@ -318,6 +320,14 @@ def load_manifest(folder) -> tuple[Manifest, list[ManifestIssue]]:
     """
     path = _manifest_path(folder)
     folder = path.parent
+    if (path.exists() or path.is_symlink()) and not path.is_file():
+        kind = "a folder" if path.is_dir() else "not a regular file"
+        try:
+            kind = special_kind(os.stat(path).st_mode) or kind
+        except OSError as error:
+            kind = f"a link that cannot be followed ({error.strerror})"
+        raise DatasetError(f"{path}: is {kind}; expected the dataset's manifest (a JSON "
+                           "file tfopt convert writes)")
     if not path.is_file():
         swap = interrupted_swap(folder)
         if swap is not None:
@@ -330,8 +340,10 @@ def load_manifest(folder) -> tuple[Manifest, list[ManifestIssue]]:
         raise NoManifestError(folder, False,
                               f"{folder}: no {MANIFEST_NAME}: not a complete tfopt dataset")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:  # ValueError: broken JSON or bytes that are not UTF-8
+        data = read_small_json(path, MAX_MANIFEST_BYTES)
+    except SmallFileError as error:
+        raise DatasetError(f"{path}: unreadable manifest ({error.problem})") from None
+    except OSError as error:
         raise DatasetError(f"{path}: unreadable manifest ({type(error).__name__}: {error})") from error
     if not isinstance(data, dict):
         raise DatasetError(f"{path}: unreadable manifest: expected a JSON object, got "

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
-from tfopt._files import atomic_write_bytes, fsync_dir
+from tfopt._files import atomic_write_bytes, fsync_dir, read_small_json
 from tfopt._lock import FolderBusyError, FolderLock, lock_folder
 from tfopt.errors import TfoptError, WorkdirBusyError
 from tfopt.train.backup import BEST_INFO_FILE, BEST_MODEL_FILE
@@ -32,6 +32,7 @@ __all__ = ["HISTORY_FILE", "check_workdir_files", "earlier_results", "keep_earli
 HISTORY_FILE = "history.csv"
 SPE_FILE = "steps_per_execution.json"
 XLA_FILE = "xla_trial.json"
+MAX_TRIAL_RECORD_BYTES = 1 << 20  # a trial's record: a few rates
 
 
 def lock_workdir(workdir) -> FolderLock:
@@ -172,10 +173,10 @@ def _trial_record(workdir: Path | None, name: str, key: dict,
         return None, None
     path = Path(workdir) / name
     try:
-        data = json.loads(path.read_text())
+        data = read_small_json(path, MAX_TRIAL_RECORD_BYTES)
     except FileNotFoundError:
         return path, None
-    except (OSError, ValueError, RecursionError) as error:
+    except (OSError, ValueError) as error:  # SmallFileError is a ValueError
         logger.info("%s: unreadable (%s); %s runs again", path, error, trial)
         return path, None
     if not isinstance(data, dict) or data.get("key") != key:

@@ -31,6 +31,7 @@ import keras
 
 from tfopt._files import sha256_file
 from tfopt._internals.keras_model import seed_states, set_initial_epoch
+from tfopt._lock import FolderBusyError, lock_folder
 from tfopt._validate import optional_whole_number, whole_number
 from tfopt.errors import InvalidArgumentError, TfoptError
 from tfopt.train.backup_io import (
@@ -161,12 +162,14 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
         self._steps_in_epoch = 0  # steps of the current epoch trained so far
         self.preemption = bool(preemption)
         self._watch = SignalWatch()
+        self._lock = None  # the backup folder's, held by the chief while it fits
 
     def on_train_begin(self, logs=None):
+        self._hold_folder()
         # Keras's version falls back to ".bkp" copies; here the fallback is an older backup
         self._restore_newest()
         if self.preemption and not _several_workers(self.model):
-            self._watch.start()
+            self._watch.start(self.model)
 
     def on_epoch_begin(self, epoch, logs=None):
         # Keras's callback counts epochs from 0 in each process, so a backup in batches
@@ -204,6 +207,27 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
             self._batches_since_backup = 0
             self._back_up()
 
+    def _hold_folder(self) -> None:
+        """One training writes a backup folder at a time: two would prune each other's
+        backups. The chief locks it for the fit (a dead process's lock goes with it)."""
+        if self._lock is not None or not is_chief(self.model):
+            return
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self._lock = lock_folder(self.folder)
+        except FolderBusyError as busy:
+            raise TfoptError(f"{self.folder}: the backup of another training, in use by "
+                             f"{busy.holder}; wait for it to end, or give this one another "
+                             "folder") from None
+        except OSError as error:
+            raise BackupWriteError(f"{self.folder}: cannot be used ({error.strerror or error})"
+                                   ) from None
+
+    def _release_folder(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
     def stop_watching(self) -> None:
         """Give SIGTERM and SIGINT their default handlers back (done at the end of every fit;
         for a fit that ended by an exception, its caller's to do)."""
@@ -214,6 +238,7 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
         if self.copier is not None:
             self.copier.close()
         self._watch.stop()
+        self._release_folder()
         stopped = TrainingPreempted(self._watch.requested or "SIGTERM", self._current_epoch,
                                     self._steps_in_epoch)
         logger.warning("%s", stopped)
@@ -445,7 +470,10 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
         self._watch.stop()
         if requested and not self.delete_checkpoint:
             self._preempted()  # the signal came in the last epoch; its backup is kept
-        self._end_training()
+        try:
+            self._end_training()
+        finally:
+            self._release_folder()
         if requested:
             # the training had ended when the signal's step came: its results are written,
             # and the signal now does what it would have done

@@ -26,14 +26,13 @@ was deleted, or it was copied in) is an orphan: never restored, never deleted.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from tfopt._files import sha256_file
+from tfopt._files import SmallFileError, read_small_json, sha256_file
 from tfopt._validate import is_int
 from tfopt.errors import TfoptError
 
@@ -41,6 +40,8 @@ BACKUP_INFO_FILE = "latest.json"
 # the folders backup_callbacks lays out under its directory (tfopt.Run's workdir)
 BACKUP_FOLDER, LONG_TERM_FOLDER = "backup", "long-term"
 FORMAT = 3
+_LAST_TIME = 253_402_300_799  # 9999-12-31 23:59:59 UTC: what a date can show
+MAX_RECORD_BYTES = 16 << 20  # a record lists kept backups and seed states: far below this
 _MAX_SEED_STATES = 100_000  # random layers in one model: a bound on what a record may list
 # a file being written: never read, deleted by the next backup
 TEMP_PREFIX = ".tmp-"
@@ -217,12 +218,12 @@ def read_backup_folder(folder: Path, ignore_records: bool = False) -> BackupFold
 
 def _load_json(path: Path, folder: Path, expected: str):
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
+        return read_small_json(path, MAX_RECORD_BYTES, within=folder)
+    except FileNotFoundError as error:
         raise BackupRecordError(f"{path}: cannot be read ({error.strerror or error})",
                                 start_afresh_hint(folder)) from None
-    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
-        raise BackupRecordError(f"{path}: not JSON ({error}); expected {expected}",
+    except SmallFileError as error:
+        raise BackupRecordError(f"{error}; expected {expected}",
                                 start_afresh_hint(folder)) from None
 
 
@@ -302,8 +303,9 @@ def parse_record(info: dict, path, folder, checked: bool, where: str) -> BackupR
         size = count("size")
     written = info.get("time")
     if written is not None and (isinstance(written, bool) or not isinstance(written, (int, float))
-                                or not math.isfinite(written) or written < 0):
-        raise fail("time", "the time it was written (seconds since 1970, >= 0) or no time key")
+                                or not math.isfinite(written) or not 0 <= written <= _LAST_TIME):
+        raise fail("time", "the time it was written (seconds since 1970, before the year "
+                           "10000) or no time key")
     rng = info.get("rng", [])
     if not (isinstance(rng, list) and len(rng) <= _MAX_SEED_STATES
             and all(isinstance(state, list) and len(state) == 2

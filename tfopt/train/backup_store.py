@@ -122,8 +122,41 @@ class _LocalFiles:
             (self.root / name).unlink()
 
 
+REMOTE_DEADLINE_S = 30.0  # a remote call that has not answered by then has failed
+UPLOAD_FLOOR_BYTES_S = 1 << 20  # an upload's deadline grows by a second a MiB past that
+
+
+def _within(seconds: float, what: str, call, *args):
+    """``call(*args)`` on a thread of its own, given up after ``seconds``: an endpoint that
+    takes connections and never answers would hold the caller (the training, a listing) for
+    as long as the file system's own retries last, minutes. The thread given up is left to
+    end by itself (a daemon: it holds no lock of ours and does not keep the process up).
+
+    Raises:
+        TimeoutError: No answer within ``seconds``.
+    """
+    outcome: dict = {}
+
+    def run():
+        try:
+            outcome["value"] = call(*args)
+        except BaseException as error:  # handed to the caller as it is
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, name=f"tfopt-remote-{what}", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise TimeoutError(f"no answer within {seconds:g} s to {what}")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
 class _FsspecFiles:
-    """A folder behind fsspec. An object store's upload appears whole or not at all."""
+    """A folder behind fsspec. An object store's upload appears whole or not at all. Every
+    call is given up after :data:`REMOTE_DEADLINE_S` (an upload's deadline grows with its
+    size), so that an endpoint that never answers costs a warning, not the training."""
 
     def __init__(self, url: str, argument: str):
         try:
@@ -146,27 +179,29 @@ class _FsspecFiles:
     def names(self) -> dict[str, int]:
         self.fs.invalidate_cache()  # s3fs caches listings: another process may have written
         try:
-            entries = self.fs.ls(self.root, detail=True)
+            entries = _within(REMOTE_DEADLINE_S, "list the folder",
+                              lambda: self.fs.ls(self.root, detail=True))
         except FileNotFoundError:
             return {}
         return {entry["name"].rstrip("/").rsplit("/", 1)[-1]: int(entry.get("size") or 0)
                 for entry in entries if entry.get("type") == "file"}
 
     def read(self, name: str) -> bytes:
-        return self.fs.cat_file(self._path(name))
+        return _within(REMOTE_DEADLINE_S, f"read {name}", self.fs.cat_file, self._path(name))
 
     def open(self, name: str):
-        return self.fs.open(self._path(name), "rb")
+        return _within(REMOTE_DEADLINE_S, f"open {name}", self.fs.open, self._path(name), "rb")
 
     def put(self, name: str, source: Path) -> None:
-        self.fs.put_file(str(source), self._path(name))
+        deadline = REMOTE_DEADLINE_S + source.stat().st_size / UPLOAD_FLOOR_BYTES_S
+        _within(deadline, f"upload {name}", self.fs.put_file, str(source), self._path(name))
 
     def write(self, name: str, data: bytes) -> None:
-        self.fs.pipe_file(self._path(name), data)
+        _within(REMOTE_DEADLINE_S, f"write {name}", self.fs.pipe_file, self._path(name), data)
 
     def remove(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
-            self.fs.rm_file(self._path(name))
+            _within(REMOTE_DEADLINE_S, f"remove {name}", self.fs.rm_file, self._path(name))
 
 
 class BackupStore:

@@ -8,7 +8,6 @@ from the chief alone (``docs/train.md``, "Backups").
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import keras
 
+from tfopt._files import read_small_json
 from tfopt._internals.keras_model import metric_direction
 from tfopt.errors import InvalidArgumentError
 from tfopt.train.backup_io import (
@@ -29,6 +29,8 @@ from tfopt.train.backup_io import (
 logger = logging.getLogger("tfopt")
 
 __all__ = ["BestModelCheckpoint", "previous_name"]
+
+MAX_INFO_BYTES = 1 << 20  # best.json: a monitor, a value and an epoch
 
 
 def previous_name(path: Path, number: int) -> Path:
@@ -121,8 +123,8 @@ class BestModelCheckpoint(keras.callbacks.Callback):
         if not (self.info_path.exists() and Path(self.filepath).exists()):
             return
         try:
-            info = json.loads(self.info_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:
+            info = read_small_json(self.info_path, MAX_INFO_BYTES)
+        except (OSError, ValueError) as error:  # SmallFileError is a ValueError
             logger.warning("%s unreadable (%s); the best value starts afresh", self.info_path,
                            error)
             return

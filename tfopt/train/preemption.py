@@ -21,7 +21,11 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
+import weakref
+
+from tfopt._signals import default_handler, replaceable
 
 logger = logging.getLogger("tfopt")
 
@@ -32,7 +36,6 @@ PREEMPTED_EXIT = 75  # EX_TEMPFAIL (sysexits.h): a temporary failure, to be trie
 # Kubernetes' default grace period is 30 s, and a scheduler's SIGKILL must not come first
 GRACE_S = 25.0
 _WATCHED = (signal.SIGTERM, signal.SIGINT)
-_DEFAULTS = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}
 
 
 class TrainingPreempted(SystemExit):
@@ -56,24 +59,63 @@ class TrainingPreempted(SystemExit):
                 "the same command again to resume there")
 
 
+def _fit_frame(model):
+    """The code of the ``fit`` running ``model`` in this thread's stack (a callback's caller),
+    or None."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
+            return frame.f_code
+        frame = frame.f_back
+    return None
+
+
 class SignalWatch:
-    """Notes SIGTERM and a first SIGINT while started (main thread only, and only where the
-    program left Python's default handlers), for the fit to answer at its next step."""
+    """Notes SIGTERM and a first SIGINT while a fit runs (main thread only, and only where the
+    program left Python's default handlers), for the fit to answer at its next step.
+
+    Keras calls no callback when a fit ends by an exception, so the handlers may outlive their
+    fit. They know it: a signal that comes when that fit's frame is no longer on the stack gets
+    the default handlers back and does what it would have done, and ``tfopt._signals`` (and
+    the next fit) may replace such an idle handler (``tfopt_idle``).
+    """
 
     def __init__(self, grace_s: float = GRACE_S):
         self.grace_s = grace_s
         self.requested: str | None = None  # the signal's name, once one came
         self._taken: list[int] = []
         self._timer: threading.Timer | None = None
+        self._fit: tuple | None = None  # (fit's code, a weak reference to its model)
 
-    def start(self) -> None:
+    def start(self, model=None) -> None:
         if self._taken or threading.current_thread() is not threading.main_thread():
             return
+        code = _fit_frame(model) if model is not None else None
+        self._fit = None if code is None else (code, weakref.ref(model))
         self.requested = None
         for signum in _WATCHED:
-            if signal.getsignal(signum) is _DEFAULTS[signum]:
-                signal.signal(signum, self._on_signal)
+            if replaceable(signum):
+                signal.signal(signum, self._handler())
                 self._taken.append(signum)
+
+    def _handler(self):
+        def on_signal(signum, frame):
+            self._on_signal(signum, frame)
+
+        on_signal.tfopt_idle = self._idle
+        return on_signal
+
+    def _idle(self) -> bool:
+        """Whether the fit these handlers serve is over (its frame gone from the stack)."""
+        if self._fit is None:
+            return False
+        code, model = self._fit
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code is code and frame.f_locals.get("self") is model():
+                return False
+            frame = frame.f_back
+        return True
 
     def stop(self) -> None:
         """Give the signals their default handlers back, the watchdog cancelled."""
@@ -83,11 +125,19 @@ class SignalWatch:
         if threading.current_thread() is not threading.main_thread():
             return
         for signum in self._taken:
-            signal.signal(signum, _DEFAULTS[signum])
+            handler = signal.getsignal(signum)
+            if getattr(handler, "tfopt_idle", None) == self._idle:  # still ours
+                signal.signal(signum, default_handler(signum))
         self._taken = []
 
     def _on_signal(self, signum, frame) -> None:
         name = signal.Signals(signum).name
+        if self.requested is None and self._idle():  # left by a fit that ended by an exception
+            self.stop()
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), signum)  # the default action, now
+            return
         if self.requested is not None:
             if signum == signal.SIGINT:  # a second Ctrl-C: stop now, as Python would
                 self.stop()

@@ -25,7 +25,7 @@ from tfopt._progress import Progress
 from tfopt._system import usable_cores
 from tfopt._validate import known_options, require
 from tfopt._version import __version__
-from tfopt.errors import DatasetError, DiskFullError, WorkerStartError
+from tfopt.errors import DatasetError, DiskFullError, SourceError, WorkerStartError
 from tfopt.records.convert.journal import Journal, resumable_results
 from tfopt.records.convert.options import ConvertOptions, ConvertResult, OnError
 from tfopt.records.convert.output import (
@@ -37,6 +37,7 @@ from tfopt.records.convert.output import (
 )
 from tfopt.records.convert.plan import plan_fingerprint, plan_shards
 from tfopt.records.convert.pool import Terminated, WorkerDied, run_tasks, sigterm_as_interrupt
+from tfopt.records.convert.source_watch import SourceSnapshot
 from tfopt.records.disk_space import is_disk_full, require_space_for_images
 from tfopt.records.manifest import JOURNAL_NAME, Manifest, ShardInfo, SplitInfo, write_manifest
 from tfopt.records.schema import Encoding
@@ -104,6 +105,7 @@ def _convert(src: Path, dst: Path, options: ConvertOptions, progress) -> Convert
     kind = SourceKind(options.source_format) if options.source_format else detect_kind(src)
     skip_bad = options.on_error == OnError.SKIP.value
     workers = options.workers if options.workers is not None else usable_cores()
+    watched = SourceSnapshot(src)  # before the first read: a change after it is caught
     scanned = scan_source(src, kind, label=options.label, skip_bad=skip_bad,
                           max_size=options.max_size, quality=options.quality, check=options.check,
                           max_pixels=options.max_pixels, group=options.group)
@@ -147,6 +149,13 @@ def _convert(src: Path, dst: Path, options: ConvertOptions, progress) -> Convert
         except BaseException as error:
             if is_disk_full(error):
                 raise _disk_full(work, done, tasks) from None
+            discard_output(work, tasks, output.created)
+            if watched.change() is not None:
+                watched.check()  # a source file deleted or rewritten under a worker
+            raise
+        try:
+            watched.check()
+        except SourceError:
             discard_output(work, tasks, output.created)
             raise
         manifest = _build_manifest(scanned, options, tasks, done, src)
