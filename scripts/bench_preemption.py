@@ -3,9 +3,9 @@ the time until its process exits (the step under way, the backup, its write), an
 same signal costs a plain Keras fit (``keras.callbacks.BackupAndRestore``, epoch backups).
 
 The model is keras.io's "Simple MNIST convnet" (https://keras.io/examples/vision/mnist_convnet/)
-on random 28x28 images, batch 128, 4 steps per call; the signal comes from outside, after the
-script has printed its 30th step. Each arm runs ``--repeats`` times, alternating; the medians
-are printed as one JSON line per arm.
+on 20,480 random 28x28 images (160 steps of 128 an epoch), 4 steps per call; the signal comes
+from outside, after the script has printed its 30th call's end. Each arm runs ``--repeats``
+times, alternating; the medians are printed as one JSON line per arm.
 
     python scripts/bench_preemption.py --repeats 5
 """
@@ -31,8 +31,8 @@ SCRIPT = textwrap.dedent("""
 
     how, workdir = sys.argv[1], sys.argv[2]
     rng = np.random.default_rng(0)
-    x = rng.random((20000, 28, 28, 1), dtype=np.float32)
-    y = rng.integers(0, 10, 20000)
+    x = rng.random((20480, 28, 28, 1), dtype=np.float32)
+    y = rng.integers(0, 10, 20480)
 
     def model():
         return keras.Sequential([
@@ -65,17 +65,17 @@ def one(script: Path, how: str) -> dict:
     with tempfile.TemporaryDirectory() as workdir:
         process = subprocess.Popen([sys.executable, str(script), how, workdir],
                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        steps = 0
+        calls = 0
         for line in process.stdout:
             if line.startswith("STEP"):
-                steps += 1
-                if steps == 30:
+                calls += 1
+                if calls == 30:
                     break
         sent = time.monotonic()
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=300)
         seconds = time.monotonic() - sent
-        return {"seconds": seconds, "status": process.returncode, "steps": steps,
+        return {"seconds": seconds, "status": process.returncode, "calls": calls,
                 "kept": _steps_kept(Path(workdir))}
 
 
@@ -103,7 +103,7 @@ def main() -> int:
         print(json.dumps({"arm": how, "median_s": round(statistics.median(seconds), 3),
                           "min_s": round(min(seconds), 3), "max_s": round(max(seconds), 3),
                           "statuses": sorted({run["status"] for run in runs}),
-                          "steps_seen": [run["steps"] for run in runs],
+                          "calls_seen": [run["calls"] for run in runs],
                           "steps_kept": [run["kept"] for run in runs]}))
     return 0
 

@@ -61,3 +61,12 @@ def test_a_cache_after_random_stages_is_named_first_and_analyzes_fix_joins_the_i
                          "fit_rate": 60.0})
     assert kinds(found) == ["cache_after_random", "input_pipeline"]
     assert "map#1 runs one element at a time" in found[1].message
+
+
+def test_under_try_a_warning_and_what_no_copy_can_time_are_kept_and_the_warning_comes_first():
+    warning = Recommendation("cache_after_random", "m", "c", None, measurable=False)
+    blocked = Recommendation("xla", "m", "c", None, measurable=False)
+    faster = Recommendation("steps_per_execution", "m", "c", None, measured_speedup=1.8,
+                            same_training=True)
+    assert rank([faster, blocked, warning]) == [warning, faster, blocked]
+    assert "measurable" not in warning.to_json()

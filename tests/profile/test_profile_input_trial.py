@@ -62,3 +62,25 @@ def test_inputs_without_a_rewrite_say_why(model):
     assert trial.ratio is None and "generator" in trial.reason
     trial = try_input(fit, model, {"x": np.zeros((64, 8), "float32")}, "arrays", 0.5)
     assert trial.ratio is None and "without y" in trial.reason
+
+
+def test_a_long_step_is_timed_in_short_rounds_of_whole_calls():
+    from tfopt.profile.trials import TRIAL_STEPS, trial_steps
+
+    assert trial_steps(0.001) == TRIAL_STEPS
+    assert trial_steps(0.5) == 4  # about 2 s a round
+    assert trial_steps(0.5, whole=16) == 16 and trial_steps(0.001, whole=16) == 32
+    assert trial_steps(30.0) == 1
+
+
+def test_a_fit_far_slower_than_its_step_is_input_bound_whatever_the_rounds_spread():
+    from tfopt.profile.measure import Rate
+    from tfopt.profile.profile import _noise
+
+    def rates(*values):
+        return [Rate(value, 10, 1.0, 0.01, "steps") for value in values]
+
+    # the step alone 400-1000 examples/s (a wide spread), the fit 10-12 batches/s of 4: 48/s
+    assert _noise(rates(10, 12), rates(400, 1000), batch=4) == 0.0
+    # rounds that overlap: the spread is the noise a share must exceed
+    assert _noise(rates(10, 12), rates(45, 60), batch=4) == pytest.approx((60 - 45) / 45)

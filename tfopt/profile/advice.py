@@ -47,6 +47,8 @@ class Recommendation:
     basis: str = ""
     measured_speedup: float | None = None
     same_training: bool | None = None
+    measurable: bool = True  # False: no trial on a copy can time it (moving layers out), or
+    # its trial could not run: kept under --try with its estimate and why
 
     @property
     def gain(self) -> float | None:
@@ -55,6 +57,7 @@ class Recommendation:
 
     def to_json(self) -> dict:
         data = dataclasses.asdict(self)
+        data.pop("measurable")  # the basis says why a change was not measured
         if self.measured_speedup is None:  # the schema: absent when not measured
             data.pop("measured_speedup")
             data.pop("same_training")
@@ -122,7 +125,8 @@ def xla_change(jit: bool, blockers: list[str], axes: list[str], gpus: int,
             "so Keras compiles the whole model without it",
             "# move these layers into the input pipeline: dataset.map(lambda x, y: "
             "(layer(x), y)), and compile(..., jit_compile=True)",
-            None, "a trial tells (--try)")
+            None, "a trial after the change tells: a copy of this model cannot compile",
+            measurable=False)
     if axes:
         return None  # XLA would compile a step for each shape: not worth suggesting
     expected = XLA_GPU_GAIN if gpus else None
@@ -186,13 +190,17 @@ def _pipeline_warning(advice: dict) -> Recommendation:
     return Recommendation(
         advice["kind"], f"tfopt.analyze: {advice['message']}",
         "# see `tfopt analyze` on this pipeline (docs/analyze.md)", None,
-        "what the model trains on, not how fast: named first")
+        "what the model trains on, not how fast: named first", measurable=False)
 
 
 def rank(found: list[Recommendation]) -> list[Recommendation]:
-    """Gains under :data:`WORTH` dropped, the rest largest first, untried ones last."""
+    """Gains under :data:`WORTH` dropped, the rest largest first, untried ones last; the
+    pipeline's warnings first whatever the rest."""
     kept = [r for r in found
             if (r.gain is None or r.gain >= WORTH) and r.same_training is not False]
     if any(r.measured_speedup is not None for r in found):  # --try: only what measured faster
-        kept = [r for r in kept if r.measured_speedup is not None or r.kind == "input_pipeline"]
-    return sorted(kept, key=lambda r: (r.gain is None, -(r.gain or 0.0)))
+        kept = [r for r in kept if r.measured_speedup is not None or not r.measurable
+                or r.kind == "input_pipeline"]
+    # what the model trains on first (a cache after random stages), then by gain
+    return sorted(kept, key=lambda r: (r.kind not in PIPELINE_WARNINGS, r.gain is None,
+                                       -(r.gain or 0.0)))

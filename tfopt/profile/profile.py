@@ -130,7 +130,7 @@ def _measure(call: FitCall, steps: int, seconds: float, trial: bool) -> ProfileR
         jit_refused=call.compile_arguments.get("jit_compile", "auto") is False,
         steps_per_execution=facts.steps_per_execution, step_seconds=alone.step_seconds
         if alone is not None else fitted.step_seconds, unaligned=facts.unaligned,
-        gpus=facts.gpus, noise=max(spread(fits), spread(alones)))
+        gpus=facts.gpus, noise=_noise(fits, alones, batch))
     report.examples_per_s, report.step_examples_per_s = fit_rate, step_rate
     report.input_examples_per_s = feed
     report.input_bound_share = share
@@ -144,7 +144,8 @@ def _measure(call: FitCall, steps: int, seconds: float, trial: bool) -> ProfileR
         "epoch, and its filling counts as input); the script's callbacks did not run (they "
         "would write files)")
     if trial:
-        report.recommendations = _tried(call, held, facts, found, report.trials)
+        step_seconds = alone.step_seconds if alone is not None else fitted.step_seconds
+        report.recommendations = _tried(call, held, facts, found, report.trials, step_seconds)
         if "input_pipeline" in {r.kind for r in found}:
             _tried_input(call, kind, per_round, found, report.trials)
             report.recommendations = rank(found)
@@ -155,9 +156,23 @@ def _measure(call: FitCall, steps: int, seconds: float, trial: bool) -> ProfileR
     return report
 
 
+def _noise(fits, alones, batch: int) -> float:
+    """The rounds' own spread, which a share of input wait must exceed to be told from none;
+    0 where every round alone ran at least twice as fast as every round with the input (half
+    of each step a wait whatever the rounds' spread: a tiny step's rounds spread widely, yet a
+    fit many times slower than its step is input-bound)."""
+    from tfopt.profile.measure import spread
+
+    if alones and min(a.examples_per_s for a in alones) >= 2 * batch * max(
+            f.examples_per_s for f in fits):
+        return 0.0
+    return max(spread(fits), spread(alones))
+
+
 def _tried(call: FitCall, held, facts, found: list[Recommendation],
-           record: list) -> list[Recommendation]:
-    from tfopt.profile.trials import MORE_STEPS_PER_CALL, try_changes
+           record: list, step_seconds: float) -> list[Recommendation]:
+    from tfopt.profile.advice import SMALL_STEP_S
+    from tfopt.profile.trials import MORE_STEPS_PER_CALL, trial_steps, try_changes
 
     candidates = {}
     by_kind = {r.kind: r for r in found}
@@ -165,14 +180,24 @@ def _tried(call: FitCall, held, facts, found: list[Recommendation],
         candidates["precision"] = {"policy": facts.machine_policy[0]}
     if not facts.jit_compile and not facts.xla_blockers and not facts.variable_axes:
         candidates["xla"] = {"jit_compile": True}
-    if facts.steps_per_execution == 1:
+    if facts.steps_per_execution == 1 and step_seconds < SMALL_STEP_S:
+        # a longer step pays Keras's per-call overhead in a share too small to matter
         candidates["steps_per_execution"] = {"steps_per_execution": MORE_STEPS_PER_CALL}
     if not candidates:
         return found
-    for trial in try_changes(call.model, call.compile_arguments, held, candidates):
+    steps = trial_steps(step_seconds, MORE_STEPS_PER_CALL if "steps_per_execution" in candidates
+                        else 1)
+    for trial in try_changes(call.model, call.compile_arguments, held, candidates, steps):
         record.append({"kind": trial.kind, "change": candidates[trial.kind],
                        "measured_speedup": trial.ratio, "same_training": trial.same_training,
-                       "loss": trial.loss, "unchanged_loss": trial.base_loss})
+                       "loss": trial.loss, "unchanged_loss": trial.base_loss,
+                       **({"reason": trial.reason} if trial.reason else {})})
+        if trial.reason:  # not run at all: the estimate stands, with why it was not measured
+            found_one = by_kind.get(trial.kind)
+            if found_one is not None:
+                found_one.basis += f"; not measured: {trial.reason}"
+                found_one.measurable = False
+            continue
         found_one = by_kind.get(trial.kind)
         if found_one is None:  # tried though not suggested: XLA on a CPU, a longer step
             found_one = (xla_change(False, [], [], facts.gpus) if trial.kind == "xla"
@@ -196,7 +221,9 @@ def _tried_input(call: FitCall, kind: str, seconds: float, found: list[Recommend
     trial = try_input(call.fit, call.model, call.arguments, kind, seconds)
     record.append({"kind": "input_pipeline", "change": trial.changes,
                    "measured_speedup": trial.ratio, "same_training": True,
-                   **({"reason": trial.reason} if trial.reason else {})})
+                   **({"reason": trial.reason} if trial.reason else {}),
+                   **({"first_epoch_speedup": trial.first_epoch_ratio}
+                      if trial.first_epoch_ratio is not None else {})})
     recommendation = next(r for r in found if r.kind == "input_pipeline")
     if trial.ratio is None:
         recommendation.basis += f"; not measured: {trial.reason}"
@@ -205,6 +232,11 @@ def _tried_input(call: FitCall, kind: str, seconds: float, found: list[Recommend
     recommendation.same_training = True  # the same examples: optimize keeps them and their order
     recommendation.basis = ("the fit on tfopt's input against the script's, the same model, "
                             "alternating rounds (measured): " + "; ".join(trial.changes))
+    if trial.first_epoch_ratio is not None and trial.first_epoch_ratio != trial.ratio:
+        recommendation.basis += (f"; the epochs after the first, the cache filled (the first "
+                                 f"epoch, filling it: {trial.first_epoch_ratio:.2f}x)")
+    elif trial.first_epoch_ratio is not None:
+        recommendation.basis += "; the first epoch's (a pass is too long to fill the cache)"
 
 
 def profile_script(script, args=(), *, steps: int = 60, seconds: float = 20.0, fit: int = 1,

@@ -20,22 +20,25 @@ from tfopt.tune.model import copy_model
 from tfopt.tune.steps_per_execution import quiet_fit_warnings, time_setups
 from tfopt.tune.xla import LOSS_TOLERANCE
 
-__all__ = ["Trial", "TRIAL_STEPS", "try_changes"]
+__all__ = ["Trial", "TRIAL_STEPS", "trial_steps", "try_changes"]
 
-TRIAL_STEPS = 32  # steps per timed round: whole calls for 1 and 16 steps per call
+TRIAL_STEPS = 32  # steps per timed round at most: whole calls for 1 and 16 steps per call
+ROUND_SECONDS = 2.0  # a timed round of a long step is cut to about this many seconds
 MORE_STEPS_PER_CALL = 16
 
 
 @dataclasses.dataclass(frozen=True)
 class Trial:
     """One candidate measured: its step ratio against the unchanged copy (None where its loss
-    disagreed and it was not timed), whether the loss agreed, and the two losses."""
+    disagreed and it was not timed), whether the loss agreed, the two losses, and why it was
+    not timed where a copy could not run at all (``reason``)."""
 
     kind: str
     ratio: float | None
     same_training: bool
-    loss: float
-    base_loss: float
+    loss: float | None
+    base_loss: float | None
+    reason: str = ""
 
 
 def _compile_arguments(model, recorded: dict, **changes) -> dict:
@@ -70,7 +73,24 @@ def _loss(model, batch) -> float:
         return float(model.evaluate(batch, verbose=0, return_dict=True)["loss"])
 
 
-def try_changes(model, recorded: dict, held: tf.data.Dataset, candidates: dict) -> list[Trial]:
+def _first_line(error: Exception) -> str:
+    """The line of ``error`` that says what went wrong: TensorFlow's messages end with the
+    node and op names, after it."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()
+             and not line.strip().startswith("[[")]
+    return f"{type(error).__name__}: {lines[-1] if lines else ''}"[:200]
+
+
+def trial_steps(step_seconds: float, whole: int = 1) -> int:
+    """Steps per timed round: :data:`TRIAL_STEPS`, fewer for a step so long that a round would
+    take more than :data:`ROUND_SECONDS` (a 0.5 s step: 4), in whole calls of ``whole``."""
+    fit = int(ROUND_SECONDS / step_seconds) if step_seconds > 0 else TRIAL_STEPS
+    steps = max(whole, min(TRIAL_STEPS, fit))
+    return max(whole, steps // whole * whole)
+
+
+def try_changes(model, recorded: dict, held: tf.data.Dataset, candidates: dict,
+                steps: int = TRIAL_STEPS) -> list[Trial]:
     """Measure ``candidates`` (kind -> {"policy": name} or compile changes such as
     ``{"jit_compile": True}``) against the model as compiled.
 
@@ -85,18 +105,27 @@ def try_changes(model, recorded: dict, held: tf.data.Dataset, candidates: dict) 
     weights = model.get_weights()
     spe = int(getattr(model, "steps_per_execution", 1) or 1)
     jit = bool(getattr(model, "jit_compile", False))
-    setups = {}
+    setups, losses, failed = {}, {}, {}
     for kind, change in {"base": {}, **candidates}.items():
         change = dict(change)
-        copy = _copy(model, x, weights, change.pop("policy", None))
-        arguments = _compile_arguments(model, recorded, **{
-            "jit_compile": jit, "steps_per_execution": spe, **change})
-        copy.compile(**arguments)
+        try:  # a copy that cannot run (a lookup table Keras's clone leaves empty) is named
+            copy = _copy(model, x, weights, change.pop("policy", None))
+            arguments = _compile_arguments(model, recorded, **{
+                "jit_compile": jit, "steps_per_execution": spe, **change})
+            copy.compile(**arguments)
+            losses[kind] = _loss(copy, one)
+        except Exception as error:  # TensorFlow's and Keras's errors vary: all are reported
+            failed[kind] = f"a copy of the model cannot run it ({_first_line(error)})"
+            continue
         setups[kind] = (copy, arguments["steps_per_execution"])
-    losses = {kind: _loss(copy, one) for kind, (copy, _) in setups.items()}
+    if "base" in failed:
+        return [Trial(kind, None, False, None, None, failed["base"].replace(
+            "it (", "a step (", 1)) for kind in candidates]
     base = losses["base"]
     timed, trials = {"base": setups["base"]}, {}
-    for kind in candidates:
+    for kind in [kind for kind in candidates if kind in failed]:
+        trials[kind] = Trial(kind, None, False, None, base, failed[kind])
+    for kind in [kind for kind in candidates if kind not in failed]:
         half = "policy" in candidates[kind]
         tolerance = LOSS_TOLERANCE["half" if half else "float32"]
         gap = abs(losses[kind] - base) / max(abs(base), 1e-6)
@@ -106,7 +135,7 @@ def try_changes(model, recorded: dict, held: tf.data.Dataset, candidates: dict) 
             timed[kind] = setups[kind]
     if len(timed) > 1:
         rates = time_setups({kind: (lambda m=copy: m, spe_) for kind, (copy, spe_)
-                             in timed.items()}, lambda model, spe_: None, held, TRIAL_STEPS)
+                             in timed.items()}, lambda model, spe_: None, held, steps)
         for kind in timed:
             if kind != "base":
                 trials[kind] = dataclasses.replace(trials[kind],

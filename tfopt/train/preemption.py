@@ -18,10 +18,10 @@ Python's own handler does.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import signal
-import sys
 import threading
 import weakref
 
@@ -62,7 +62,7 @@ class TrainingPreempted(SystemExit):
 def _fit_frame(model):
     """The code of the ``fit`` running ``model`` in this thread's stack (a callback's caller),
     or None."""
-    frame = sys._getframe(1)
+    frame = inspect.currentframe().f_back
     while frame is not None:
         if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
             return frame.f_code
@@ -110,7 +110,7 @@ class SignalWatch:
         if self._fit is None:
             return False
         code, model = self._fit
-        frame = sys._getframe(1)
+        frame = inspect.currentframe().f_back
         while frame is not None:
             if frame.f_code is code and frame.f_locals.get("self") is model():
                 return False
