@@ -91,16 +91,19 @@ def lock_holder(folder: Path) -> str:
     return "another process"
 
 
-def lock_folder(folder, *, take_over: bool = True) -> FolderLock:
+def lock_folder(folder, *, take_over: bool = True, required: bool = False) -> FolderLock:
     """Hold an exclusive lock on ``folder`` (which must exist) for this process.
 
     Args:
         folder: The folder.
         take_over: A lock this process already holds on the folder passes to the new holder
             (the earlier one no longer holds it). False: refused as another process's is.
+        required: A file system that takes no locks is refused (``FolderBusyError``) rather
+            than written unguarded with a warning.
 
     Raises:
         FolderBusyError: Another process (or, without ``take_over``, this one) holds it.
+        FileNotFoundError: ``folder`` does not exist.
     """
     folder = Path(folder)
     if fcntl is None:
@@ -119,7 +122,7 @@ def lock_folder(folder, *, take_over: bool = True) -> FolderLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
             os.close(fd)
-            if error.errno == errno.ENOLCK:  # a file system without locks (some NFS mounts)
+            if error.errno == errno.ENOLCK and not required:  # some NFS mounts take none
                 logger.warning("%s: this file system takes no locks; nothing stops a second "
                                "run writing there at the same time", folder)
                 return FolderLock(folder, None, None)

@@ -22,7 +22,7 @@ from tfopt.errors import TfoptError, WorkdirBusyError
 from tfopt.train.backup import BEST_INFO_FILE, BEST_MODEL_FILE
 from tfopt.train.backup_records import BACKUP_FOLDER, read_backup_folder
 from tfopt.train.backup_store import BackupStore, StoreError
-from tfopt.train.best_model import previous_name
+from tfopt.train.best_model import free_previous_number, keep_as_previous
 
 logger = logging.getLogger("tfopt")
 
@@ -90,11 +90,7 @@ def earlier_results(workdir) -> tuple[list[Path], int]:
     found = [path for path in found if path.is_file()]
     if not found:
         return [], 0
-    number = 1
-    while any(previous_name(path, number).exists() or previous_name(path, number).is_symlink()
-              for path in found):
-        number += 1
-    return found, number
+    return found, free_previous_number(found)
 
 
 def keep_earlier_results(workdir) -> list[str]:
@@ -106,10 +102,8 @@ def keep_earlier_results(workdir) -> list[str]:
     history and best model.
     """
     found, number = earlier_results(workdir)
-    kept = []
-    for path in found:  # the model first: best.json alone never names a model not there
-        os.replace(path, previous_name(path, number))
-        kept.append(previous_name(path, number).name)
+    # the model first: best.json alone never names a model that is not there
+    kept = keep_as_previous(found, number)
     if kept:
         fsync_dir(Path(workdir))
         logger.warning("%s holds a finished run's results: kept as %s; this run writes its own",

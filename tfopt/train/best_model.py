@@ -28,7 +28,7 @@ from tfopt.train.backup_io import (
 
 logger = logging.getLogger("tfopt")
 
-__all__ = ["BestModelCheckpoint", "previous_name"]
+__all__ = ["BestModelCheckpoint", "free_previous_number", "keep_as_previous", "previous_name"]
 
 MAX_INFO_BYTES = 1 << 20  # best.json: a monitor, a value and an epoch
 
@@ -36,6 +36,24 @@ MAX_INFO_BYTES = 1 << 20  # best.json: a monitor, a value and an epoch
 def previous_name(path: Path, number: int) -> Path:
     """``best.keras`` -> ``best-previous-1.keras``: the name keeps the suffix Keras checks."""
     return path.with_name(f"{path.stem}-previous-{number}{path.suffix}")
+
+
+def free_previous_number(paths) -> int:
+    """The first N for which no ``<name>-previous-N`` of ``paths`` exists (a link counts):
+    one N names a run's files together."""
+    number = 1
+    while any(os.path.lexists(previous_name(Path(path), number)) for path in paths):
+        number += 1
+    return number
+
+
+def keep_as_previous(paths, number: int) -> list[str]:
+    """Rename each of ``paths``, in order, to ``<name>-previous-number``; the new names."""
+    kept = []
+    for path in paths:
+        os.replace(path, previous_name(Path(path), number))
+        kept.append(previous_name(Path(path), number).name)
+    return kept
 
 
 class BestModelCheckpoint(keras.callbacks.Callback):
@@ -108,16 +126,12 @@ class BestModelCheckpoint(keras.callbacks.Callback):
         old = [path for path in (model_path, self.info_path) if path.exists()]
         if not old or not is_chief(self.model):
             return
-        number = 1
-        while any(previous_name(path, number).exists() for path in (model_path, self.info_path)):
-            number += 1
+        number = free_previous_number((model_path, self.info_path))
         # the model first: best.json left alone never names a model that is not there
-        for path in old:
-            os.replace(path, previous_name(path, number))
+        kept = keep_as_previous(old, number)
         logger.warning(
             "%s holds a finished run's best model and no backup to resume: this run tracks "
-            "its own best; the previous files are now %s", model_path.parent,
-            ", ".join(previous_name(path, number).name for path in old))
+            "its own best; the previous files are now %s", model_path.parent, ", ".join(kept))
 
     def _restore_best(self) -> None:
         if not (self.info_path.exists() and Path(self.filepath).exists()):

@@ -59,12 +59,13 @@ class TrainingPreempted(SystemExit):
                 "the same command again to resume there")
 
 
-def _fit_frame(model):
-    """The code of the ``fit`` running ``model`` in this thread's stack (a callback's caller),
-    or None."""
+def _running_fit(model, code=None):
+    """The code of the ``fit`` running ``model`` on this thread's stack (a frame of ``code``,
+    or by default the innermost one named ``fit``), or None where none runs."""
     frame = inspect.currentframe().f_back
     while frame is not None:
-        if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
+        found = frame.f_code is code if code is not None else frame.f_code.co_name == "fit"
+        if found and frame.f_locals.get("self") is model:
             return frame.f_code
         frame = frame.f_back
     return None
@@ -90,7 +91,7 @@ class SignalWatch:
     def start(self, model=None) -> None:
         if self._taken or threading.current_thread() is not threading.main_thread():
             return
-        code = _fit_frame(model) if model is not None else None
+        code = _running_fit(model) if model is not None else None
         self._fit = None if code is None else (code, weakref.ref(model))
         self.requested = None
         for signum in _WATCHED:
@@ -110,12 +111,7 @@ class SignalWatch:
         if self._fit is None:
             return False
         code, model = self._fit
-        frame = inspect.currentframe().f_back
-        while frame is not None:
-            if frame.f_code is code and frame.f_locals.get("self") is model():
-                return False
-            frame = frame.f_back
-        return True
+        return _running_fit(model(), code) is None
 
     def stop(self) -> None:
         """Give the signals their default handlers back, the watchdog cancelled."""

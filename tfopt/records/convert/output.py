@@ -17,12 +17,8 @@ import os
 import re
 from pathlib import Path
 
-try:
-    import fcntl
-except ImportError:  # Windows
-    fcntl = None
-
 from tfopt._files import fsync_dir, is_temp_file
+from tfopt._lock import FolderBusyError, FolderLock, lock_folder
 from tfopt.errors import InvalidArgumentError, OutputExistsError, SourceError, TfoptError
 from tfopt.records.convert.options import ConvertOptions
 from tfopt.records.manifest import (
@@ -102,41 +98,36 @@ class _Output:
     folder: Path  # where the shards and the journal go
     created: bool  # made by this run: removed again if the run fails on bad input
     staged: bool  # the staging folder of an --overwrite, swapped into dst at the end
-    lock: int | None = None  # a descriptor of the folder written, locked for this run
+    lock: FolderLock | None = None  # the folder written, locked for this run
 
     def release(self) -> None:
         if self.lock is not None:
-            os.close(self.lock)  # and with it the lock
+            self.lock.release()
 
 
-def _lock_staging(staging: Path) -> int | None:
+def _lock_staging(staging: Path) -> FolderLock | None:
     """Lock the staging folder for this run, or refuse when another run holds it: a second
     --overwrite would remove the first one's shards, or undo its swap."""
     return _lock_folder(staging, "another 'tfopt convert --overwrite' is writing there now")
 
 
-def _lock_output(dst: Path) -> int | None:
+def _lock_output(dst: Path) -> FolderLock | None:
     """Lock the output folder of a plain or --resume run, or refuse when another run writes
     there: the two would write the same shard names, and a --resume started beside a running
     conversion would delete its half-written shards as leftovers of a killed worker."""
     return _lock_folder(dst, "another 'tfopt convert' is writing there now")
 
 
-def _lock_folder(folder: Path, busy: str) -> int | None:
-    """Hold an exclusive flock on ``folder`` (None: folder gone, or no flock on this system).
-    The lock goes with the process, kill -9 included, so a killed run never leaves it held."""
-    if fcntl is None:  # no flock (Windows): unguarded
-        return None
+def _lock_folder(folder: Path, busy: str) -> FolderLock | None:
+    """Hold an exclusive lock on ``folder`` (:func:`tfopt._lock.lock_folder`; None: the folder
+    is gone). The lock goes with the process, kill -9 included, so a killed run never leaves
+    it held; a second run in this process is refused as another process's is."""
     try:
-        fd = os.open(folder, os.O_RDONLY)
+        return lock_folder(folder, take_over=False, required=True)
     except FileNotFoundError:
         return None  # removed meanwhile: its run has finished
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
+    except FolderBusyError:
         raise OutputExistsError(f"{folder}: {busy}; wait for it to finish, or stop it") from None
-    return fd
 
 
 def _require_writable(folder: Path) -> None:
@@ -162,10 +153,10 @@ def prepare_output(dst: Path, options: ConvertOptions) -> _Output:
         output = _prepare_locked(dst, options, staging, lock)
     except BaseException:
         if lock is not None:
-            os.close(lock)
+            lock.release()
         raise
-    if lock is not None and output.lock != lock:
-        os.close(lock)  # the staging folder it locked was removed (and maybe made anew)
+    if lock is not None and output.lock is not lock:
+        lock.release()  # the staging folder it locked was removed (and maybe made anew)
     return output
 
 
@@ -198,7 +189,7 @@ def _prepare_locked(dst: Path, options: ConvertOptions, staging: Path, lock) -> 
         return _prepare_existing(dst, options, staging, dst_lock)
     except BaseException:
         if dst_lock is not None:
-            os.close(dst_lock)
+            dst_lock.release()
         raise
 
 
@@ -231,7 +222,7 @@ def _prepare_existing(dst: Path, options: ConvertOptions, staging: Path, dst_loc
         if dst_lock is not None:
             # the staging lock guards the rest of the run; a plain run that starts in dst
             # from now on finds the old dataset there and is refused
-            os.close(dst_lock)
+            dst_lock.release()
         return _Output(staging, created=True, staged=True, lock=staging_lock)
     if options.resume:
         if has_manifest:
