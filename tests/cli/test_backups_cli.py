@@ -71,7 +71,7 @@ def test_damaged_and_partial_versions_are_named_and_the_restore_skips_them(copie
     data[100] ^= 0xFF
     newest.write_bytes(bytes(data))
     # the copy of epoch 4 cut short before its record: a partial version
-    (record,) = [p for p in copy.glob("weights-000004-*.json")]
+    (record,) = [p for p in copy.glob("weights-*-000004-*.json")]
     record.unlink()
     done = tfopt("backups", copied / "run", "--copy-to", copy, "--json")
     assert done.returncode == 0, done.stderr
@@ -87,14 +87,32 @@ def test_damaged_and_partial_versions_are_named_and_the_restore_skips_them(copie
     assert plain.stdout.splitlines()[-1].startswith("restore: local ")
 
 
-def test_with_the_local_folder_gone_the_restore_is_the_copys_newest(copied):
-    shutil.rmtree(copied / "run")
-    done = tfopt("backups", copied / "run", "--copy-to", copied / "copy", "--json")
+def test_with_the_local_folder_gone_the_restore_is_the_copys_newest(backups, tmp_path):
+    # the workdir lost, the same path given again (a new machine, the same command)
+    shutil.copytree(backups / "copy", tmp_path / "copy")
+    shutil.move(backups / "run", tmp_path / "run-aside")
+    try:
+        done = tfopt("backups", backups / "run", "--copy-to", tmp_path / "copy", "--json")
+    finally:
+        shutil.move(tmp_path / "run-aside", backups / "run")
     assert done.returncode == 0, done.stderr
     listing = json.loads(done.stdout)
     assert [v["place"] for v in listing["versions"]] == ["copy", "copy"]
     assert listing["restore"]["epoch"] == 4
-    assert listing["restore"]["location"] == str(copied / "copy")
+    assert listing["restore"]["location"] == str(tmp_path / "copy")
+
+
+def test_another_folders_training_in_the_copy_is_never_the_restore(copied):
+    # a new training in another folder, given the copy_to of one that did not finish
+    done = tfopt("backups", copied / "new-run", "--copy-to", copied / "copy", "--json")
+    assert done.returncode == 0, done.stderr
+    listing = json.loads(done.stdout)
+    assert [(v["place"], v["other_training"]) for v in listing["versions"]] == [
+        ("copy", True), ("copy", True)]
+    assert listing["restore"] is None
+    plain = tfopt("backups", copied / "new-run", "--copy-to", copied / "copy")
+    assert "verified (another training)" in plain.stdout
+    assert plain.stdout.splitlines()[-1] == "restore: none: a fit starts from scratch"
 
 
 def test_a_folder_that_is_not_there_is_one_line(tmp_path):

@@ -14,6 +14,7 @@ from tfopt.train.backup_records import (
     BackupRecord,
     latest_json,
     read_backup_folder,
+    temp_name,
     temporary_files,
     weights_problem,
 )
@@ -200,7 +201,10 @@ def test_weights_checked_against_their_record(tmp_path):
 
 
 def test_only_the_backups_own_temporary_files_are_its_leftovers(tmp_path):
-    for name in (".tmp-latest.json", f".tmp-{WEIGHTS(3)}", ".tmp-notes.txt", "notes.txt"):
+    ours = temp_name(WEIGHTS(4))  # today's names: pid and random part, then the file's
+    assert ours.endswith(f"-{WEIGHTS(4)}") and ours != temp_name(WEIGHTS(4))
+    for name in (".tmp-latest.json", f".tmp-{WEIGHTS(3)}", ours, ".tmp-notes.txt",
+                 ".tmp-12-0badc0de-notes.txt", "notes.txt"):
         (tmp_path / name).write_text("x")
-    assert sorted(path.name for path in temporary_files(tmp_path)) == [
-        ".tmp-latest.json", f".tmp-{WEIGHTS(3)}"]
+    assert sorted(path.name for path in temporary_files(tmp_path)) == sorted([
+        ".tmp-latest.json", f".tmp-{WEIGHTS(3)}", ours])

@@ -40,7 +40,8 @@ def backups(directory: str, copy_to: str | None, as_json: bool) -> None:
     rows = []
     for entry in listing.entries:
         record = entry.record
-        state = entry.state.value + (" (finished run)" if entry.finished else "")
+        state = entry.state.value + (" (finished run)" if entry.finished else
+                                     " (another training)" if entry.other_training else "")
         rows.append([entry.place.value, "-" if record is None else record.epoch,
                      "-" if record is None else record.batch,
                      _when(None if record is None else record.time), state,
@@ -49,9 +50,12 @@ def backups(directory: str, copy_to: str | None, as_json: bool) -> None:
     echo_text(table(rows, ["place", "epochs", "batch", "written", "state", "file"],
                      "lrrlll"))
     chosen = listing.restore
-    if chosen is None:
+    if listing.shared:
+        echo_text("restore: none: a fit stops, as said above (several trainings share the copy)")
+    elif chosen is None:
         recorded = any(entry.record is not None and entry.place is not Place.LONG_TERM
-                       and not entry.finished for entry in listing.entries)
+                       and not entry.finished and not entry.other_training
+                       for entry in listing.entries)
         echo_text("restore: none verifies: a fit stops with an error naming each" if recorded
                    else "restore: none: a fit starts from scratch")
     else:

@@ -47,7 +47,6 @@ from tfopt.train.backup_records import (
     COPY_PREFIX,
     KERAS_INFO_FILE,
     LONG_TERM_FOLDER,
-    TEMP_PREFIX,
     BackupFolder,
     BackupRecord,
     copy_links,
@@ -55,6 +54,7 @@ from tfopt.train.backup_records import (
     new_run_id,
     read_backup_folder,
     start_afresh_hint,
+    temp_name,
     temporary_files,
     weights_file_name,
     weights_problem,
@@ -144,7 +144,8 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
         self.store = _open_copy_store(copy_to)
         if copy_keep is not None and self.store is None:
             raise InvalidArgumentError(f"copy_keep={copy_keep}: expected None without copy_to")
-        self.copier = BackupCopier(self.store, copy_keep) if self.store is not None else None
+        self.copier = (BackupCopier(self.store, copy_keep, str(self.folder.absolute()))
+                       if self.store is not None else None)
         self.long_term = (None if self.keep_every is None else BackupStore(
             Path(long_term_dir) if long_term_dir is not None
             else self.folder.parent / LONG_TERM_FOLDER))
@@ -277,24 +278,30 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
                 "cut short): not restored, and left in place", self.folder,
                 ", ".join(state.orphans), "it" if len(state.orphans) == 1 else "them")
         candidates = [_Candidate(record) for record in state.candidates]
-        candidates = _merge(candidates, self._copy_candidates())
+        candidates = _merge(candidates, self._copy_candidates(state.run))
         if candidates:
             self._restore(state, candidates)
         self._last_long_term = self._long_term_epoch()
 
-    def _copy_candidates(self) -> list[_Candidate]:
+    def _copy_candidates(self, run: str | None) -> list[_Candidate]:
+        """The copy's versions of training ``run`` (the local backup's), or where the local
+        folder names none, of the one unfinished training copied from this folder."""
         if self.store is None:
             return []
         try:
-            finished = self.store.finished_runs()
-            versions = self.store.versions()
+            versions, passed_over = self.store.resumable(run, str(self.folder.absolute()))
         except StoreError as error:
             logger.warning("%s; restoring from the local folder alone", error)
             return []
+        if run is None:
+            for other in passed_over:
+                logger.warning(
+                    "%s: not restored: the backup of another training (copied from %s, "
+                    "after %d epochs); a restore never takes another training's weights. "
+                    "Hint: to resume that one, run it with that folder", other.where,
+                    other.origin, other.record.epoch)
         found = []
         for version in versions:
-            if version.record is None or version.run in finished:
-                continue
             if version.problem:
                 logger.warning("%s %s: not restored", version.where, version.problem)
                 continue
@@ -426,7 +433,7 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
         path = self.folder / name
         # the new weights under a new name: latest.json still names the previous ones
         write_bytes_atomically(path, weights_bytes(self.model),
-                               self.folder / f"{TEMP_PREFIX}{name}")
+                               self.folder / temp_name(name))
         rng = tuple(tuple(int(part) for part in state.numpy())
                     for state in seed_states(self.model))
         record = BackupRecord(name, self._current_epoch, self._last_batch_seen, generation,

@@ -21,7 +21,7 @@ from pathlib import Path
 from tfopt._files import atomic_path
 from tfopt._internals.keras_model import weights_file_bytes
 from tfopt.errors import TfoptError
-from tfopt.train.backup_records import TEMP_PREFIX
+from tfopt.train.backup_records import temp_name
 
 __all__ = ["BackupWriteError", "is_chief", "save_and_discard", "save_atomically", "weights_bytes",
            "write_bytes_atomically", "write_json_atomically"]
@@ -94,7 +94,7 @@ def write_json_atomically(path: Path, data: dict) -> None:
     """``data`` as JSON in ``path``: a complete file or none (a crash mid-write leaves no half
     file, a full disk is one :class:`BackupWriteError` naming the folder)."""
     write_bytes_atomically(path, json.dumps(data).encode(),
-                           path.with_name(f"{TEMP_PREFIX}{path.name}"))
+                           path.with_name(temp_name(path.name)))
 
 
 def save_atomically(save, path: Path) -> None:
@@ -105,7 +105,7 @@ def save_atomically(save, path: Path) -> None:
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(path, path.with_name(f"{TEMP_PREFIX}{path.name}")) as tmp:
+        with atomic_path(path, path.with_name(temp_name(path.name))) as tmp:
             save(str(tmp))
     except OSError as error:
         raise BackupWriteError(

@@ -4,7 +4,8 @@ would take. Reads every weights file and hashes it; imports no TensorFlow or Ker
 
 The restore named is the one :class:`tfopt.train.backup.AtomicBackupAndRestore` tries first
 and would keep if it loads: the newest verified (or, without a checksum, present) local backup
-or copy of an unfinished training, the local one first when both hold the same backup. The
+or copy of this unfinished training (never another's sharing the copy), the local one first
+when both hold the same backup. The
 long-term folder is listed but never restored from (``docs/train.md``, "Backups").
 """
 
@@ -24,7 +25,7 @@ from tfopt.train.backup_records import (
     temporary_files,
     weights_problem,
 )
-from tfopt.train.backup_store import BackupStore, StoreError, VersionState
+from tfopt.train.backup_store import BackupStore, SharedStoreError, StoreError, VersionState
 
 __all__ = ["BackupEntry", "BackupListing", "Place", "list_backups", "resolve_backup_folder"]
 
@@ -46,6 +47,7 @@ class BackupEntry:
     record: BackupRecord | None = None
     problem: str | None = None
     finished: bool = False  # a copy of a training that ended normally: never resumed
+    other_training: bool = False  # a copy of another training sharing the location
 
     @property
     def order(self) -> tuple:
@@ -55,6 +57,7 @@ class BackupEntry:
         record = self.record
         return {"place": self.place.value, "name": self.name, "location": self.location,
                 "state": self.state.value, "problem": self.problem, "finished": self.finished,
+                "other_training": self.other_training,
                 "epoch": None if record is None else record.epoch,
                 "batch": None if record is None else record.batch,
                 "time": None if record is None else record.time,
@@ -70,12 +73,13 @@ class BackupListing:
     entries: tuple[BackupEntry, ...]
     restore: BackupEntry | None
     problems: tuple[str, ...] = ()  # a place that could not be read, in words
+    shared: bool = False  # the copy holds several trainings' backups: a fit stops, said why
 
     def to_json(self) -> dict:
         return {"folder": str(self.folder), "copy_to": self.copy_to,
                 "versions": [entry.to_json() for entry in self.entries],
                 "restore": None if self.restore is None else self.restore.to_json(),
-                "problems": list(self.problems)}
+                "problems": list(self.problems), "shared": self.shared}
 
 
 def resolve_backup_folder(directory) -> Path:
@@ -87,7 +91,7 @@ def resolve_backup_folder(directory) -> Path:
     return directory / BACKUP_FOLDER
 
 
-def _local(folder: Path) -> tuple[list[BackupEntry], list[str]]:
+def _local(folder: Path) -> tuple[list[BackupEntry], list[str], str | None]:
     try:
         state = read_backup_folder(folder)
     except TfoptError as error:  # a damaged record: its weights files are listed unnamed
@@ -109,17 +113,28 @@ def _local(folder: Path) -> tuple[list[BackupEntry], list[str]]:
         entries.append(BackupEntry(Place.LOCAL, name, str(folder), VersionState.PARTIAL,
                                    problem="no record names it (a save cut short, or its "
                                    "record was lost)"))
-    return entries, problems
+    return entries, problems, state.run
 
 
-def _store(store: BackupStore, place: Place) -> list[BackupEntry]:
+def _store(store: BackupStore, place: Place, mine: set[str] | None = None
+           ) -> list[BackupEntry]:
+    """``mine``: the versions a restore may take here (None: no restore reads this place)."""
     finished = store.finished_runs()
     entries = []
     for version in store.versions():
         state, problem = store.state(version)
+        done = version.run is not None and version.run in finished
+        other = (mine is not None and not done and version.record is not None
+                 and version.name not in mine)
         entries.append(BackupEntry(place, version.name, store.location, state, version.record,
-                                   problem, version.run is not None and version.run in finished))
+                                   problem, done, other))
     return entries
+
+
+def _resumable(store: BackupStore, folder: Path, run: str | None) -> set[str]:
+    """The copy's versions a restore of ``folder`` may take, as the callback chooses them."""
+    taken, _ = store.resumable(run, str(folder.absolute()))
+    return {version.name for version in taken}
 
 
 def list_backups(directory, copy_to=None, argument: str = "copy_to") -> BackupListing:
@@ -133,14 +148,22 @@ def list_backups(directory, copy_to=None, argument: str = "copy_to") -> BackupLi
     """
     folder = resolve_backup_folder(directory)
     store = BackupStore(copy_to, argument) if copy_to is not None else None
-    entries, problems = _local(folder)
+    entries, problems, run = _local(folder)
+    shared = False
     long_term = folder.parent / LONG_TERM_FOLDER
     places = [(BackupStore(long_term), Place.LONG_TERM)] if long_term.is_dir() else []
     if store is not None:
         places.append((store, Place.COPY))
     for place_store, place in places:
         try:
-            entries += _store(place_store, place)
+            mine = _resumable(place_store, folder, run) if place is Place.COPY else None
+        except SharedStoreError as error:
+            problems.append(str(error))
+            mine, shared = set(), True  # nothing there is restored: the fit stops
+        except StoreError:
+            mine = None  # said once, below
+        try:
+            entries += _store(place_store, place, mine)
         except StoreError as error:
             problems.append(str(error))
     if not entries and not problems and not Path(directory).exists() and store is None:
@@ -149,6 +172,6 @@ def list_backups(directory, copy_to=None, argument: str = "copy_to") -> BackupLi
     rank = {Place.LOCAL: 1, Place.COPY: 0, Place.LONG_TERM: -1}
     entries.sort(key=lambda e: (e.record is not None, *e.order, rank[e.place]), reverse=True)
     restore = next((e for e in entries if e.place is not Place.LONG_TERM and not e.finished
-                    and e.state in (VersionState.VERIFIED, VersionState.UNCHECKED)), None)
-    return BackupListing(folder, store.location if store else None, tuple(entries), restore,
-                         tuple(problems))
+                    and not e.other_training and e.state in (VersionState.VERIFIED, VersionState.UNCHECKED)), None)
+    return BackupListing(folder, store.location if store else None, tuple(entries),
+                         None if shared else restore, tuple(problems), shared)

@@ -27,7 +27,9 @@ was deleted, or it was copied in) is an orphan: never restored, never deleted.
 from __future__ import annotations
 
 import math
+import os
 import re
+import secrets
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,8 +45,10 @@ FORMAT = 3
 _LAST_TIME = 253_402_300_799  # 9999-12-31 23:59:59 UTC: what a date can show
 MAX_RECORD_BYTES = 16 << 20  # a record lists kept backups and seed states: far below this
 _MAX_SEED_STATES = 100_000  # random layers in one model: a bound on what a record may list
-# a file being written: never read, deleted by the next backup
+# a file being written: never read, deleted by the next backup. Its name holds the writer's
+# pid and a random part (``temp_name``): two writers never share one, even in one folder
 TEMP_PREFIX = ".tmp-"
+_TEMP_NAME = re.compile(rf"{re.escape(TEMP_PREFIX)}(?:\d+-[0-9a-f]{{8}}-)?(.+)")
 WEIGHTS_PREFIX, WEIGHTS_SUFFIX = "weights-", ".weights.h5"
 _WEIGHTS_NAME = re.compile(rf"{re.escape(WEIGHTS_PREFIX)}(\d+){re.escape(WEIGHTS_SUFFIX)}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -56,6 +60,12 @@ KERAS_WEIGHTS_FILE = "latest.weights.h5"
 KERAS_INFO_FILE = "training_metadata.json"
 KERAS_FILES = (KERAS_WEIGHTS_FILE, KERAS_INFO_FILE, f"{KERAS_WEIGHTS_FILE}.bkp",
                f"{KERAS_INFO_FILE}.bkp")
+
+
+def temp_name(name: str) -> str:
+    """A name, unique to this write, under which ``name`` is written before its rename (the
+    final name last: Keras checks the suffix)."""
+    return f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}-{name}"
 
 
 def weights_file_name(generation: int) -> str:
@@ -357,10 +367,13 @@ def temporary_files(folder: Path) -> list[Path]:
     """The backup's own files left half-written by a save cut short."""
     if not folder.is_dir():
         return []
-    return [path for path in folder.iterdir()
-            if path.name.startswith(TEMP_PREFIX) and path.is_file()
-            and (path.name == f"{TEMP_PREFIX}{BACKUP_INFO_FILE}"
-                 or _WEIGHTS_NAME.fullmatch(path.name[len(TEMP_PREFIX):]))]
+    found = []
+    for path in folder.iterdir():
+        match = _TEMP_NAME.fullmatch(path.name)
+        if match and path.is_file() and (match.group(1) == BACKUP_INFO_FILE
+                                         or _WEIGHTS_NAME.fullmatch(match.group(1))):
+            found.append(path)
+    return found
 
 
 def copy_links(folder: Path) -> list[Path]:

@@ -3,11 +3,15 @@ fsspec URL (``s3://``, ``gs://``, ...), and the background thread that copies ea
 
 A version is two files, never replaced once written::
 
-    weights-000007-<first 12 hex of its SHA-256>.weights.h5   the weights, as in backup/
-    weights-000007-<...>.json                                  its record, written after the
-                                                               weights were checked on arrival
-    finished-<run>.json                                        that training ended normally:
-                                                               its versions are not resumed
+    weights-<run>-000007-<first 12 hex of its SHA-256>.weights.h5   the weights, as in backup/
+    weights-<run>-000007-<...>.json                  its record, written after the weights
+                                                     were checked on arrival
+    finished-<run>.json                              that training ended normally: its
+                                                     versions are not resumed
+
+``<run>`` is the first 12 hex of the training's id: several trainings may share one location,
+each pruning its own versions and resuming only its own (:meth:`BackupStore.resumable`).
+Versions an older tfopt wrote have no ``<run>-`` part; their record still names the run.
 
 A version is *verified* when its record reads and the weights have the size and SHA-256 it
 records, *damaged* when they do not (or the record is malformed), *partial* when the weights
@@ -34,23 +38,30 @@ from tfopt.errors import InvalidArgumentError, TfoptError
 from tfopt.train.backup_io import write_bytes_atomically
 from tfopt.train.backup_records import (
     FORMAT,
-    TEMP_PREFIX,
     BackupRecord,
     BackupRecordError,
     parse_record,
+    temp_name,
 )
 
 logger = logging.getLogger("tfopt")
 
-__all__ = ["BackupCopier", "BackupStore", "StoreError", "Version", "VersionState"]
+__all__ = ["BackupCopier", "BackupStore", "SharedStoreError", "StoreError", "Version",
+           "VersionState"]
 
-_VERSION = re.compile(r"(weights-(\d{6,})-([0-9a-f]{12}))\.weights\.h5")
-_RECORD = re.compile(r"(weights-\d{6,}-[0-9a-f]{12})\.json")
+_VERSION = re.compile(r"(weights-(?:[0-9a-f]{12}-)?(\d{6,})-([0-9a-f]{12}))\.weights\.h5")
+_RECORD = re.compile(r"(weights-(?:[0-9a-f]{12}-)?\d{6,}-[0-9a-f]{12})\.json")
+RUN_NAME_HEX = 12  # of a run id's 32, in a version's name: enough to tell trainings apart
 _FINISHED = re.compile(r"finished-([0-9a-f]{32})\.json")
 
 
 class StoreError(TfoptError):
     """The second location refused a read or a write, or a copy arrived damaged."""
+
+
+class SharedStoreError(TfoptError):
+    """The location holds the unfinished backups of several trainings, and nothing says which
+    one is being resumed: none is taken (another training's weights never are)."""
 
 
 class VersionState(str, Enum):
@@ -74,6 +85,7 @@ class Version:
     run: str | None = None
     long_term: bool = False
     problem: str | None = None
+    origin: str | None = None  # the backup folder it was copied from (absolute path)
 
     @property
     def partial(self) -> bool:
@@ -111,11 +123,11 @@ class _LocalFiles:
     def put(self, name: str, source: Path) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.root / name
-        with atomic_path(final, self.root / f"{TEMP_PREFIX}{name}") as tmp:
+        with atomic_path(final, self.root / temp_name(name)) as tmp:
             shutil.copyfile(source, tmp)
 
     def write(self, name: str, data: bytes) -> None:
-        write_bytes_atomically(self.root / name, data, self.root / f"{TEMP_PREFIX}{name}")
+        write_bytes_atomically(self.root / name, data, self.root / temp_name(name))
 
     def remove(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -277,7 +289,8 @@ class BackupStore:
             record = parse_record(info, where, self.location, True, "")
         except BackupRecordError as error:
             return Version(self.location, weights, None, problem=error.problem)
-        run, long_term = info.get("run"), info.get("long_term", False)
+        run, long_term, origin = (info.get("run"), info.get("long_term", False),
+                                  info.get("origin"))
         problem = None
         if record.weights != weights:
             problem = f"its record names {record.weights}, not {weights}"
@@ -287,7 +300,8 @@ class BackupStore:
             problem = (f"has {names[weights]} bytes where {record.size} were written "
                        "(truncated or overwritten)")
         return Version(self.location, weights, record,
-                       run if isinstance(run, str) else None, long_term is True, problem)
+                       run if isinstance(run, str) else None, long_term is True, problem,
+                       origin if isinstance(origin, str) else None)
 
     def state(self, version: Version) -> tuple[VersionState, str | None]:
         """The version's state with the weights read and hashed, and what is wrong."""
@@ -333,18 +347,21 @@ class BackupStore:
                 if (match := _FINISHED.fullmatch(name))}
 
     def put(self, source: Path, record: BackupRecord, run: str | None,
-            long_term: bool = False) -> Version:
+            long_term: bool = False, origin: str | None = None) -> Version:
         """Copy ``source`` (weights matching ``record``) in as a new version, check it on
-        arrival, then write its record. A version already there is never replaced.
+        arrival, then write its record. A version already there is never replaced. ``origin``
+        is the backup folder it comes from, recorded to tell trainings apart at a restore.
 
         Raises:
             StoreError: the write failed, the copy arrived with another size or SHA-256 (it
                 stays as a partial version), or a different file holds the name.
         """
-        stem = f"weights-{record.generation:06d}-{record.sha256[:12]}"
+        owner = f"{run[:RUN_NAME_HEX]}-" if run else ""
+        stem = f"weights-{owner}{record.generation:06d}-{record.sha256[:12]}"
         name, record_name = f"{stem}.weights.h5", f"{stem}.json"
         names = self._names()
-        version = Version(self.location, name, replace(record, weights=name), run, long_term)
+        version = Version(self.location, name, replace(record, weights=name), run, long_term,
+                          origin=origin)
         if record_name in names:
             existing = next((v for v in self.versions() if v.name == name), None)
             if existing is not None and existing.record is not None and (
@@ -367,17 +384,20 @@ class BackupStore:
                 raise StoreError(f"{version.where} arrived damaged: {problem}; left as a "
                                  "partial version, not recorded")
         info = {"format": FORMAT, "run": run, "long_term": long_term,
-                **version.record.to_json()}
+                **({"origin": origin} if origin else {}), **version.record.to_json()}
         try:
             self._files.write(record_name, json.dumps(info).encode())
         except Exception as error:
             raise self._fail(f"write {record_name}", error) from None
         return version
 
-    def prune(self, keep: int) -> list[str]:
-        """Delete the versions older than the ``keep`` newest good ones (long-term versions
-        and partial ones excepted): the record first, then the weights. Returns their names."""
-        versions = [v for v in self.versions() if v.record is not None]
+    def prune(self, keep: int, run: str | None = None) -> list[str]:
+        """Delete the versions of training ``run`` older than its ``keep`` newest good ones
+        (long-term versions and partial ones excepted): the record first, then the weights.
+        Other trainings' versions are never touched (``run`` None: every version counts, for
+        a location of one training). Returns the names deleted."""
+        versions = [v for v in self.versions() if v.record is not None
+                    and (run is None or v.run == run)]
         good = [v for v in versions if v.problem is None]
         if len(good) <= keep:
             return []
@@ -393,6 +413,43 @@ class BackupStore:
                 raise self._fail(f"delete {version.name}", error) from None
             deleted.append(version.name)
         return deleted
+
+    def resumable(self, run: str | None, origin: str | None = None
+                  ) -> tuple[list[Version], list[Version]]:
+        """The versions a restore may take, newest first, and the newest version of each
+        unfinished training passed over. Taken: training ``run``'s (the one the local backup
+        names); where nothing names one, those of the one unfinished training copied from
+        ``origin`` (this backup folder; versions that record no origin count as its own).
+        Finished trainings' versions are never resumed, other trainings' never taken.
+
+        Raises:
+            StoreError: the location cannot be listed.
+            SharedStoreError: ``run`` is None and several unfinished trainings copied from
+                this folder share the location: which to resume cannot be told.
+        """
+        finished = self.finished_runs()
+        unfinished = [v for v in self.versions()
+                      if v.record is not None and v.run not in finished]
+        newest: dict[str | None, Version] = {}
+        for version in unfinished:  # newest first: each training's newest version
+            newest.setdefault(version.run, version)
+        if run is not None:
+            mine = {run}
+        else:
+            mine = {owner for owner, v in newest.items() if v.origin in (None, origin)}
+        if len(mine) > 1:
+            shown = "; ".join(
+                f"run {owner[:RUN_NAME_HEX] if owner else '(unnamed)'}: after "
+                f"{newest[owner].record.epoch} epochs, {newest[owner].name}"
+                for owner in newest if owner in mine)
+            raise SharedStoreError(
+                f"{self.location}: holds the unfinished backups of {len(mine)} trainings "
+                f"({shown}) and no local backup says which one this is: none is restored, "
+                "as another training's weights must never be. Hint: give each training a "
+                "copy_to of its own; to resume one of these, delete the others' "
+                "weights-<run>-* files there (tfopt backups --copy-to lists them)")
+        return ([v for v in unfinished if v.run in mine],
+                [v for owner, v in newest.items() if owner not in mine])
 
     def mark_finished(self, run: str) -> None:
         """Record that training ``run`` ended normally (once; never rewritten)."""
@@ -426,10 +483,11 @@ class BackupCopier:
         store: Where to copy.
         keep: The store's own retention: the newest good versions to keep (long-term ones
             are never deleted), or None to delete nothing there. Defaults to None.
+        origin: The backup folder the copies come from, recorded in each version's record.
     """
 
-    def __init__(self, store: BackupStore, keep: int | None = None):
-        self.store, self.keep = store, keep
+    def __init__(self, store: BackupStore, keep: int | None = None, origin: str | None = None):
+        self.store, self.keep, self.origin = store, keep, origin
         self.copied: list[Version] = []
         self.failures: list[str] = []
         self._lock = threading.Condition()
@@ -488,11 +546,11 @@ class BackupCopier:
 
     def _copy(self, link: Path, record: BackupRecord, run: str | None, long_term: bool) -> None:
         try:
-            version = self.store.put(link, record, run, long_term)
+            version = self.store.put(link, record, run, long_term, self.origin)
             self.copied.append(version)
             logger.info("copied the backup of epoch %d to %s", record.epoch, version.where)
             if self.keep is not None:
-                for name in self.store.prune(self.keep):
+                for name in self.store.prune(self.keep, run):
                     logger.info("%s: deleted %s (more than copy_keep=%d newer versions)",
                                 self.store.location, name, self.keep)
         except Exception as error:  # a copy must never stop training: said, and kept
