@@ -494,6 +494,87 @@ def test_under_tfopt_launch_a_killed_worker_resumes_from_the_chiefs_backup(shard
                                                          "history.csv"]
 
 
+PREEMPTED_WORKERS_SCRIPT = textwrap.dedent("""
+    import json, os, signal, sys, zlib
+    import numpy as np
+    import keras
+    from tfopt.run import Run
+    from tfopt.models import build_model
+
+    shards, workdir, marker = sys.argv[1], sys.argv[2], sys.argv[3]
+    worker = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    run = Run(shards, image_size=32, batch_size=8, workdir=workdir, seed=3,
+              steps_per_execution=1)
+    with run.scope():
+        model = build_model("cnn", image_size=32, classes=run.num_classes, size="tiny")
+    run.compile(model, "adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+    class Preempt(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+            print("EPOCH", epoch, flush=True)
+
+        def on_train_batch_end(self, batch, logs=None):
+            # the scheduler's SIGTERM, to the launcher (which hands it to every worker) or
+            # to worker 1 alone: each worker notes it at its own moment
+            if worker == 1 and self.epoch == 1 and batch == 3 and not os.path.exists(marker):
+                with open(marker, "w"):
+                    pass
+                os.kill(os.getppid() if os.environ["TO"] == "launcher" else os.getpid(),
+                        signal.SIGTERM)
+
+    run.fit(model, epochs=3, callbacks=[Preempt()], verbose=0)
+    weights = b"".join(np.asarray(w, np.float32).tobytes() for w in model.get_weights())
+    print("WEIGHTS %08x" % zlib.crc32(weights), flush=True)
+""")
+
+
+# alone: two workers' heartbeats must be answered in time (see tests/test_examples.py)
+@pytest.mark.slow
+@pytest.mark.alone
+@pytest.mark.parametrize("to", ["launcher", "worker"])
+def test_under_tfopt_launch_sigterm_stops_every_worker_at_one_step_and_the_rerun_resumes_there(
+        shards, tmp_path, to):
+    script, marker, workdir = tmp_path / "train.py", tmp_path / "signalled", tmp_path / "run"
+    script.write_text(PREEMPTED_WORKERS_SCRIPT)
+
+    def launch(workdir=workdir, marker=marker):
+        done = subprocess.run(
+            [sys.executable, "-m", "tfopt", "launch", "-n", "2", "--grace", "30",
+             sys.executable, str(script), str(shards), str(workdir), str(marker)],
+            capture_output=True, text=True, timeout=600,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TO": to})
+        seen = {index: [line.split("] ", 1)[1] for line in done.stdout.splitlines()
+                        if line.startswith(f"[worker {index}] ")] for index in (0, 1)}
+        return done, seen
+
+    never = tmp_path / "uninterrupted"
+    never.touch()
+    done, seen = launch(tmp_path / "reference", never)
+    assert done.returncode == 0, done.stderr[-3000:]
+    reference = [line for line in seen[0] if line.startswith("WEIGHTS")]
+
+    done, seen = launch()
+    assert marker.exists() and done.returncode == 75, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    # both stopped at one step (the launcher's copy of the signal reaches each worker at its
+    # own moment: the step is the first boundary after the first of them noted it)
+    stops = {index: re.findall(rf"^\[worker {index}\] .*training stopped at epoch 2, step "
+                               r"(\d+), its backup written", done.stderr, re.MULTILINE)
+             for index in (0, 1)}
+    assert stops[0] and stops[0] == stops[1], done.stderr[-3000:]
+    record = json.loads((workdir / "backup" / "latest.json").read_text())
+    assert (record["epoch"], record["steps"]) == (1, int(stops[0][0]))  # the chief's
+    assert record["steps"] == 5 if to == "worker" else record["steps"] >= 5
+    assert "every worker stopped at one step" in done.stderr
+
+    done, seen = launch()
+    assert done.returncode == 0, done.stderr[-3000:]
+    weights = [[line for line in seen[index] if line.startswith("WEIGHTS")] for index in (0, 1)]
+    assert weights[0] and weights[0] == weights[1]
+    assert weights[0] == reference  # bit for bit: resumed at the step both stopped at
+
+
 # -- backups kept and copied: keep=, copy_to= ----------------------------------------------------
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import encode_jpeg, random_pixels
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
@@ -59,3 +60,17 @@ def test_bench_preemption_stops_tfopt_at_a_step_and_keras_at_once(tmp_path):
     assert arms["tfopt"]["statuses"] == [75] and arms["tfopt"]["steps_kept"][0] > 0
     assert arms["keras"]["statuses"] == [-15] and arms["keras"]["steps_kept"] == [0]
     assert 0 < arms["tfopt"]["median_s"] < 30  # the grace period the docs ask for
+
+
+# alone: two workers' heartbeats must be answered in time (see tests/test_examples.py)
+@pytest.mark.alone
+def test_bench_worker_agreement_times_both_arms_and_prints_their_ratio():
+    done = subprocess.run([sys.executable, str(SCRIPTS / "bench_worker_agreement.py"),
+                           "--repeats", "1", "--steps", "6"], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    *arms, ratio = map(json.loads, done.stdout.splitlines())
+    assert [arm["preemption"] for arm in arms] == [True, False]
+    assert all(arm["epochs_timed"] == 2 and arm["ms_per_step_median"] > 0 for arm in arms)
+    assert ratio["step_time_ratio_on_over_off"] == pytest.approx(
+        arms[0]["ms_per_step_median"] / arms[1]["ms_per_step_median"], rel=0.01)

@@ -7,6 +7,11 @@ exception is printed as "Exception ignored in ..." and swallowed, and the progra
 as if no signal had come: Python's own Ctrl-C handler has that flaw too. So the handlers here
 also record the signal: :meth:`PendingSignal.check` raises it again at the next safe point,
 and the block's end always does.
+
+A second signal is another hazard: raised while the first one's cleanup runs (workers being
+stopped, half-written files being removed, the process exiting), it cuts that cleanup short and
+prints a traceback from wherever it lands. A block that asks for ``once`` answers the first
+signal alone.
 """
 
 from __future__ import annotations
@@ -16,8 +21,22 @@ import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping
 
+# a training stopped by SIGTERM at a step boundary, its backup written: EX_TEMPFAIL
+# (sysexits.h), a temporary failure to be run again. Here, below both the training
+# (tfopt.train.preemption) and the launcher, which reports it as the job's
+PREEMPTED_EXIT = 75
+
 # what each signal's handler is when nobody has replaced it
 _DEFAULT_HANDLERS = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM answered as Ctrl-C is (convert: the workers stop, the finished shards and the
+    journal stay for ``--resume``). A KeyboardInterrupt, so that every path that handles
+    Ctrl-C handles it too; a command exits with 143 (128 + SIGTERM) for it, as a shell reports
+    a process that SIGTERM ended."""
+
+    signum = signal.SIGTERM
 
 
 class PendingSignal:
@@ -58,22 +77,36 @@ def default_handler(signum: int):
 
 
 @contextlib.contextmanager
-def signals_raise(
-        exceptions: Mapping[int, Callable[[], BaseException]]) -> Iterator[PendingSignal]:
+def signals_raise(exceptions: Mapping[int, Callable[[], BaseException]], *, once: bool = False,
+                  exiting: bool = False) -> Iterator[PendingSignal]:
     """Raise ``exceptions[signum]()`` on each of those signals while the block runs.
 
     Only in the main thread, and only for signals that still have their default handler (a
     program that handles one itself keeps its handler); the defaults are restored after. A
     block that ends normally although a signal came (its exception was swallowed) raises it at
     its end.
+
+    Args:
+        exceptions: Signal number -> what makes the exception to raise.
+        once: Raise for the first signal only: any later one of these signals is ignored
+            while the block runs, so that a second Ctrl-C cannot cut short the cleanup that
+            the first one started.
+        exiting: For the block of a command that ends its process (implies ``once``): after a
+            signal, they stay ignored past the block's end, through the process's exit (a
+            Ctrl-C raised there, in the joins of threads and worker pools that the exit
+            waits for, would print "Exception ignored ... KeyboardInterrupt"). Left ignored
+            by a Python handler, not ``SIG_IGN``, which child processes would inherit.
     """
     pending = PendingSignal()
     if threading.current_thread() is not threading.main_thread():
         yield pending
         return
+    once = once or exiting
     taken = [signum for signum in exceptions if replaceable(signum)]
 
     def on_signal(signum, frame):
+        if once and pending.received:
+            return  # the first one's cleanup is running: let it finish
         pending.record(exceptions[signum])
         raise exceptions[signum]()
 
@@ -82,9 +115,14 @@ def signals_raise(
     try:
         yield pending
     finally:
+        keep_ignoring = exiting and pending.received
         for signum in taken:
-            signal.signal(signum, _DEFAULT_HANDLERS[signum])
+            signal.signal(signum, _ignored if keep_ignoring else _DEFAULT_HANDLERS[signum])
     pending.check()
+
+
+def _ignored(signum, frame) -> None:
+    """A signal that comes while the process exits after answering an earlier one."""
 
 
 def sigterm_raises(make_exception: Callable[[], BaseException]):

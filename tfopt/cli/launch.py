@@ -36,7 +36,9 @@ def launch(workers, hosts, print_only, grace, attempts, command):
     Every worker gets TF_CONFIG naming all N workers on free localhost ports and its own task
     index, as tf.distribute.MultiWorkerMirroredStrategy expects. Output lines are prefixed with
     "[worker I]". The first worker to fail stops the others, and its exit code is the
-    launcher's; Ctrl-C stops every worker (exit code 130). Each worker runs in its own process
+    launcher's; Ctrl-C stops every worker (exit code 130). SIGTERM reaches every worker: a
+    training under tfopt.Run or backup_callbacks then stops every worker at one step, its
+    backup written, and the launcher exits 75 (run the same command again to resume). Each worker runs in its own process
     group, stopped whole when the job ends, so nothing a worker started outlives the launcher.
     More workers than this machine can start (open files, processes, free ports) are refused
     before any starts, naming the limit.

@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from tfopt._limits import child_limits, over_limits
+from tfopt._signals import PREEMPTED_EXIT
 from tfopt._supervisor import (
     DEFAULT_GRACE_SECONDS,
     POLL_SECONDS,
@@ -102,7 +103,9 @@ class LaunchResult:
 
     Attributes:
         exit_code: 0 when every worker succeeded; else the first failing worker's code (128 + N
-            for a worker killed by signal N), or 128 + N when the launcher got signal N.
+            for a worker killed by signal N), or 128 + N when the launcher got signal N, but
+            75 (``PREEMPTED_EXIT``) when every worker then stopped as a preempted training
+            does: its backup written, the same command to be run again.
         failed_worker: Index of the first worker that failed; None when none failed first.
         signal: The signal (SIGINT/SIGTERM) that stopped the job; None otherwise.
         attempts: Launch attempts made (more than one after a port clash).
@@ -117,9 +120,14 @@ class LaunchResult:
 
     def describe(self) -> str:
         """One line: how the job ended."""
+        preempted = ("every worker stopped at one step, its backup written: run the same "
+                     "command again to resume")
         if self.signal is not None:
             return (f"stopped by {signal.Signals(self.signal).name}; exit code "
-                    f"{self.exit_code}")
+                    f"{self.exit_code}"
+                    f"{'; ' + preempted if self.exit_code == PREEMPTED_EXIT else ''}")
+        if self.exit_code == PREEMPTED_EXIT and self.failed_worker is None:
+            return f"exit code {self.exit_code}: {preempted}"
         if self.failed_worker is not None:
             return (f"worker {self.failed_worker} failed with exit code {self.exit_code}; "
                     "the other workers were stopped")
@@ -266,11 +274,22 @@ def _run_attempt(job: _Job, may_retry: bool) -> LaunchResult | None:
             # at a second Ctrl-C
             job.stop(None)
             job.finish_output()
-            return LaunchResult(SIGNAL_EXIT_BASE + signum, None, signum, 0,
-                                tuple(job.addresses))
+            codes = [process.poll() for process in job.processes]
+            # every worker stopped at one step boundary with its backup: the job is to be
+            # run again, as each of its workers says (tfopt.train.preemption)
+            code = (PREEMPTED_EXIT if all(c == PREEMPTED_EXIT for c in codes)
+                    else SIGNAL_EXIT_BASE + signum)
+            return LaunchResult(code, None, signum, 0, tuple(job.addresses))
         codes = [process.poll() for process in job.processes]
         failed = next((index for index, code in enumerate(codes) if code not in (None, 0)),
                       None)
+        if failed is not None and codes[failed] == PREEMPTED_EXIT and _all_preempted(job):
+            # a signal to one worker: they agreed on a step and each stopped there
+            logger.info("every worker stopped as a preempted training: exit code %d",
+                        PREEMPTED_EXIT)
+            job.stop(signal.SIGTERM)  # what they left running in their process groups
+            job.finish_output()
+            return LaunchResult(PREEMPTED_EXIT, None, None, 0, tuple(job.addresses))
         if failed is not None:
             code = exit_code(codes[failed])
             logger.info("worker %d exited with code %d: stopping the others", failed, code)
@@ -288,6 +307,21 @@ def _run_attempt(job: _Job, may_retry: bool) -> LaunchResult | None:
             job.stop(signal.SIGTERM)
             job.finish_output()
             return LaunchResult(0, None, None, 0, tuple(job.addresses))
+
+
+def _all_preempted(job: _Job) -> bool:
+    """Whether every worker exits as a preempted training does, given the grace period to
+    finish its backup: a training stopped by a signal stops every worker at one step
+    (:mod:`tfopt.train.preemption`), so one worker's 75 is soon everyone's."""
+    deadline = time.monotonic() + job.supervisor.grace_seconds
+    while time.monotonic() < deadline:
+        codes = [process.poll() for process in job.processes]
+        if any(code not in (None, PREEMPTED_EXIT) for code in codes):
+            return False
+        if all(code == PREEMPTED_EXIT for code in codes):
+            return True
+        job.pump(POLL_SECONDS)
+    return False
 
 
 def launch_workers(command: Sequence[str], workers: int, *, on_line: OnLine | None = None,

@@ -32,7 +32,7 @@ import keras
 from tfopt._files import sha256_file
 from tfopt._internals.keras_model import seed_states, set_initial_epoch
 from tfopt._lock import FolderBusyError, lock_folder
-from tfopt._validate import optional_whole_number, whole_number
+from tfopt._validate import flag, optional_whole_number, whole_number
 from tfopt.errors import InvalidArgumentError, TfoptError
 from tfopt.train.backup_io import (
     BackupWriteError,
@@ -61,7 +61,7 @@ from tfopt.train.backup_records import (
 )
 from tfopt.train.backup_store import BackupCopier, BackupStore, StoreError, Version
 from tfopt.train.best_model import BestModelCheckpoint
-from tfopt.train.preemption import SignalWatch, TrainingPreempted
+from tfopt.train.preemption import SignalWatch, TrainingPreempted, WorkerAgreement
 
 logger = logging.getLogger("tfopt")
 
@@ -110,8 +110,9 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
             beside ``backup_dir``.
         preemption: On SIGTERM (or a first Ctrl-C) during fit, back up at the next step
             boundary and raise :class:`~tfopt.train.preemption.TrainingPreempted` (exit status
-            75; :mod:`tfopt.train.preemption`). One process only: under several workers the
-            signals act as they would without it. Defaults to True.
+            75; :mod:`tfopt.train.preemption`). Under several workers, a signal to any of
+            them stops every one at the same step (the chief writes the backup). Defaults to
+            True.
 
     Raises:
         TfoptError: (at the start of fit) a record file is unreadable or malformed; no backup
@@ -163,21 +164,40 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
         self._steps_in_epoch = 0  # steps of the current epoch trained so far
         self.preemption = bool(preemption)
         self._watch = SignalWatch()
+        self._agreement: WorkerAgreement | None = None  # under several workers
+        self._stopped_by: str | None = None  # the signal the workers agreed to stop at
         self._lock = None  # the backup folder's, held by the chief while it fits
 
     def on_train_begin(self, logs=None):
         self._hold_folder()
         # Keras's version falls back to ".bkp" copies; here the fallback is an older backup
         self._restore_newest()
-        if self.preemption and not _several_workers(self.model):
+        self._stopped_by = None
+        if self.preemption:
             self._watch.start(self.model)
+            if self._agreement is None and _several_workers(self.model):
+                self._agreement = WorkerAgreement(self.model.distribute_strategy)
+
+    def _stop_requested(self) -> bool:
+        """Whether the fit stops at this step boundary: a signal noted here or, under several
+        workers, at any of them (a collective every worker makes at every boundary)."""
+        if not self.preemption:
+            return False
+        if self._stopped_by is not None:
+            return True
+        requested = self._watch.requested
+        if self._agreement is not None:
+            if self._agreement(requested is not None) and requested is None:
+                requested = "SIGTERM to another worker"
+        self._stopped_by = requested
+        return requested is not None
 
     def on_epoch_begin(self, epoch, logs=None):
         # Keras's callback counts epochs from 0 in each process, so a backup in batches
         # during a resumed fit's first epoch would record epoch 0 with later weights
         self._current_epoch = epoch
         self._steps_in_epoch = 0
-        if self._watch.requested:  # came during the last epoch's validation or its end
+        if self._stop_requested():  # came during the last epoch's validation or its end
             if self.save_freq != "epoch":
                 self._back_up()
             self._preempted()
@@ -196,7 +216,8 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
         self._last_batch_seen = batch
         self._steps_in_epoch = batch + 1
         epoch_steps = (self.params or {}).get("steps")
-        if self._watch.requested and (epoch_steps is None or batch + 1 < epoch_steps):
+        stop = self._stop_requested()  # on every worker at every boundary: a collective
+        if stop and (epoch_steps is None or batch + 1 < epoch_steps):
             # the epoch's last step: its end (validation, logs, best model) comes first, and
             # the next epoch's start stops the fit
             self._back_up(steps=self._steps_in_epoch)
@@ -240,7 +261,8 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
             self.copier.close()
         self._watch.stop()
         self._release_folder()
-        stopped = TrainingPreempted(self._watch.requested or "SIGTERM", self._current_epoch,
+        stopped = TrainingPreempted(self._stopped_by or self._watch.requested or "SIGTERM",
+                                    self._current_epoch,
                                     self._steps_in_epoch)
         logger.warning("%s", stopped)
         raise stopped
@@ -475,7 +497,7 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         requested = self._watch.requested
         self._watch.stop()
-        if requested and not self.delete_checkpoint:
+        if (requested or self._stopped_by) and not self.delete_checkpoint:
             self._preempted()  # the signal came in the last epoch; its backup is kept
         try:
             self._end_training()
@@ -539,8 +561,8 @@ def _link_or_copy(source: Path, link: Path) -> None:
 
 
 def _several_workers(model) -> bool:
-    """Whether this fit is one of several worker processes: they would have to agree on the
-    step to stop at, which a signal each receives at its own moment cannot give."""
+    """Whether this fit is one of several worker processes: they must agree on the step to
+    stop at, since each receives a signal at its own moment."""
     from tfopt.distribute.cluster import cluster_info
 
     try:
@@ -568,6 +590,7 @@ def backup_callbacks(
     keep_every: int | None = None,
     copy_to=None,
     copy_keep: int | None = None,
+    preemption: bool = True,
 ) -> list:
     """Atomic backups plus a best-model checkpoint, laid out under one folder.
 
@@ -575,7 +598,8 @@ def backup_callbacks(
     newest backup that verifies (see the module docstring for what is exact), its best value
     included. SIGTERM (or a first Ctrl-C) during ``fit`` backs up at the next step and ends
     the process with status 75 (:mod:`tfopt.train.preemption`); a fit resumed by hand starts
-    that epoch again from its first step (``tfopt.Run`` resumes after the steps it holds). A run that finds no backup starts afresh, best model included; a finished run's
+    that epoch again from its first step (``tfopt.Run`` resumes after the steps it holds).
+    A run that finds no backup starts afresh, best model included; a finished run's
     ``best.keras`` and ``best.json`` there are renamed to ``best-previous-N.keras``/``.json``.
     Under ``MultiWorkerMirroredStrategy`` give every worker the same ``directory`` on a shared
     file system: the chief writes, all restore from it. The model must be built (called on a
@@ -596,6 +620,8 @@ def backup_callbacks(
             name; a restore takes the newest good backup of either place. Defaults to None.
         copy_keep: The newest versions kept at ``copy_to`` (long-term ones aside); None
             deletes nothing there. Defaults to None.
+        preemption: Answer SIGTERM (and a first Ctrl-C) with a backup at the next step and
+            exit status 75; under several workers, all stop at one step. Defaults to True.
 
     Returns:
         [AtomicBackupAndRestore, BestModelCheckpoint]: put them in ``fit(callbacks=...)``.
@@ -618,7 +644,8 @@ def backup_callbacks(
                                      delete_checkpoint=delete_backup, keep=keep,
                                      keep_every=keep_every, copy_to=copy_to,
                                      copy_keep=copy_keep,
-                                     long_term_dir=root / LONG_TERM_FOLDER)
+                                     long_term_dir=root / LONG_TERM_FOLDER,
+                                     preemption=flag(preemption, "preemption"))
     root.mkdir(parents=True, exist_ok=True)
     return [
         restore,

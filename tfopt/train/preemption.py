@@ -8,6 +8,12 @@ step (:meth:`SignalWatch.requested`), writes its backup as every backup is writt
 checksummed) and raises :class:`TrainingPreempted`, a ``SystemExit`` with
 :data:`PREEMPTED_EXIT`: the script ends there, with a status that says "run me again".
 
+Under several workers (``tfopt launch``, ``MultiWorkerMirroredStrategy``) each worker gets the
+signal at its own moment, and all must stop at one step, or the others wait in the next
+step's all-reduce forever. So at each step boundary the workers sum their notes in one
+collective (:class:`WorkerAgreement`): when any worker has one, every worker backs up at that
+same boundary (the chief writes) and exits with :data:`PREEMPTED_EXIT`.
+
 A step boundary may not come in time (a step that takes minutes, a fit that ended by an
 exception and left the handler in place): :data:`GRACE_S` after a SIGTERM, a watchdog thread
 ends the process as the signal would have, with no backup. A second SIGTERM while the backup
@@ -25,13 +31,11 @@ import signal
 import threading
 import weakref
 
-from tfopt._signals import default_handler, replaceable
+from tfopt._signals import PREEMPTED_EXIT, default_handler, replaceable
 
 logger = logging.getLogger("tfopt")
 
-__all__ = ["GRACE_S", "PREEMPTED_EXIT", "SignalWatch", "TrainingPreempted"]
-
-PREEMPTED_EXIT = 75  # EX_TEMPFAIL (sysexits.h): a temporary failure, to be tried again
+__all__ = ["GRACE_S", "PREEMPTED_EXIT", "SignalWatch", "TrainingPreempted", "WorkerAgreement"]
 # a step boundary is awaited this long after SIGTERM; then the process ends without a backup.
 # Kubernetes' default grace period is 30 s, and a scheduler's SIGKILL must not come first
 GRACE_S = 25.0
@@ -151,3 +155,27 @@ class SignalWatch:
                      "one before it is kept)", signal.Signals(signum).name, self.grace_s)
         logging.shutdown()
         os._exit(128 + signum)  # as the signal's default action would end it
+
+
+class WorkerAgreement:
+    """Whether any of the workers of ``strategy`` noted a signal: a sum of one flag per worker,
+    a collective op every worker makes at the same step boundary (in the same order as the
+    training step's own collectives, so it cannot deadlock them). Compiled once; a scalar
+    all-reduce per call (``docs/train.md``, "Preemption", gives its cost)."""
+
+    def __init__(self, strategy):
+        from tfopt._tf import import_tensorflow
+
+        tf = import_tensorflow()
+        self._tf = tf
+
+        @tf.function
+        def any_requested(flag):
+            per_replica = strategy.run(lambda: tf.identity(flag))
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+        self._any = any_requested
+
+    def __call__(self, requested: bool) -> bool:
+        flag = self._tf.constant(1.0 if requested else 0.0)
+        return float(self._any(flag)) > 0
