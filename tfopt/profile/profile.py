@@ -14,6 +14,7 @@ from tfopt.profile.advice import (
     xla_change,
 )
 from tfopt.profile.capture import FitCall, run_script
+from tfopt.profile.gpu_activity import sample_gpus
 from tfopt.profile.report import ProfileReport
 
 __all__ = ["profile_script"]
@@ -80,23 +81,25 @@ def _measure(call: FitCall, steps: int, seconds: float, trial: bool) -> ProfileR
     # batches, which must come after the script's data is first read (a generator gives each
     # batch once); the held batches' rounds then alternate with the fit's
     per_round = seconds / (2 * ROUNDS)
-    fitted = time_fit(call.fit, call.model, arguments, 1, steps, per_round)
-    if fitted is None:
-        report.status = "no_fit"
-        report.message = ("the fit ended before a step could be timed after the warm-up: "
-                          "too few batches to profile")
-        return report
-    held = held_fit_batches(arguments)
-    batch = batch_size_of(held)
-    fits, alones = [fitted], []
-    for round_ in range(ROUNDS):
-        alone = time_held(call.fit, call.model, held, steps, per_round)
-        if alone is not None:
-            alones.append(alone)
-        if round_ < ROUNDS - 1 and kind != "generator":  # a generator may be spent
-            again = time_fit(call.fit, call.model, arguments, 1, steps, per_round)
-            if again is not None:
-                fits.append(again)
+    with sample_gpus() as gpus:  # the GPUs' own counters over the timed rounds
+        fitted = time_fit(call.fit, call.model, arguments, 1, steps, per_round)
+        if fitted is None:
+            report.status = "no_fit"
+            report.message = ("the fit ended before a step could be timed after the warm-up: "
+                              "too few batches to profile")
+            return report
+        held = held_fit_batches(arguments)
+        batch = batch_size_of(held)
+        fits, alones = [fitted], []
+        for round_ in range(ROUNDS):
+            alone = time_held(call.fit, call.model, held, steps, per_round)
+            if alone is not None:
+                alones.append(alone)
+            if round_ < ROUNDS - 1 and kind != "generator":  # a generator may be spent
+                again = time_fit(call.fit, call.model, arguments, 1, steps, per_round)
+                if again is not None:
+                    fits.append(again)
+    report.gpu = gpus.activity
     fitted = median_rate(fits)
     alone = median_rate(alones) if alones else None
     fit_rate = fitted.examples_per_s * batch

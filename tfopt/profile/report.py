@@ -7,6 +7,7 @@ import json
 
 from tfopt.profile.advice import WORTH, Recommendation
 from tfopt.profile.facts import ModelFacts
+from tfopt.profile.gpu_activity import GpuActivity
 
 __all__ = ["ProfileReport"]
 
@@ -30,6 +31,8 @@ class ProfileReport:
         steps: Steps timed (after the warm-up), and ``seconds`` their time.
         model: The model and machine facts.
         mfu: Model FLOPs utilisation at ``examples_per_s``, or None (``model.peak`` says why).
+        gpu: The GPUs' own counters over the timed rounds (GPU-Util, and SM and tensor-core
+            activity where GPM has them), or why there are none.
         pipeline: ``tfopt.analyze``'s findings on a dataset source (bottleneck, ceiling), or
             why there are none.
         recommendations: Most important first.
@@ -52,6 +55,7 @@ class ProfileReport:
     seconds: float = 0.0
     model: ModelFacts | None = None
     mfu: float | None = None
+    gpu: GpuActivity | None = None
     pipeline: dict = dataclasses.field(default_factory=dict)
     recommendations: list[Recommendation] = dataclasses.field(default_factory=list)
     tried: bool = False
@@ -65,6 +69,7 @@ class ProfileReport:
             "input_examples_per_s", "input_bound_share", "input_bound", "steps", "seconds",
             "mfu", "pipeline", "tried", "trials", "notes", "profile_seconds")}
         data["model"] = self.model.to_json() if self.model is not None else None
+        data["gpu"] = self.gpu.to_json() if self.gpu is not None else None
         data["recommendations"] = [r.to_json() for r in self.recommendations]
         return data
 
@@ -107,6 +112,8 @@ class ProfileReport:
         ]
         if facts.unaligned:
             lines.append(f"  not multiples of 8  {', '.join(facts.unaligned[:5])}")
+        if self.gpu is not None:
+            lines += self.gpu.lines()
         lines += ["", "What to change, most important first:" if self.recommendations
                   else "Nothing worth changing: no change is expected or measured to gain "
                        f"{WORTH - 1:.0%} or more."]
