@@ -79,3 +79,12 @@ def test_try_measures_the_changes_and_recommends_only_those_that_measured_faster
     for change in found:
         assert change.get("measured_speedup", 9.9) >= 1.05 and change.get("same_training",
                                                                            True)
+    # the changes that paid, measured together on the whole fit (where two or more paid)
+    paid = [kind for kind, trial in tried.items() if kind != "together"
+            and (trial["measured_speedup"] or 0) >= 1.05 and trial["same_training"]]
+    assert ("together" in tried) == (len(paid) >= 2), tried
+    if "together" in tried:
+        together = tried["together"]
+        assert sorted(together["parts"]) == sorted(paid) and together["same_training"]
+        assert together["change"]["steps_per_execution"] == 16
+        assert together["measured_speedup"] > 1.05, together

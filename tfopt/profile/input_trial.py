@@ -18,7 +18,7 @@ import time
 
 from tfopt.profile.measure import ROUNDS, median_rate, time_fit
 
-__all__ = ["InputTrial", "try_input"]
+__all__ = ["InputTrial", "alternated", "try_input"]
 
 DEFAULT_BATCH = 32  # Keras's fit batches arrays by 32 where no batch_size is given
 OPTIMIZE_SECONDS = 6.0  # tfopt.optimize's own analysis and measurement
@@ -36,6 +36,7 @@ class InputTrial:
     changes: list[str]
     reason: str = ""
     first_epoch_ratio: float | None = None
+    fit_arguments: dict | None = dataclasses.field(default=None, compare=False)  # tfopt's
 
 
 def _optimized(x) -> tuple[object | None, list[str], str]:
@@ -96,24 +97,27 @@ def try_input(fit, model, arguments: dict, kind: str, seconds: float) -> InputTr
     if candidate is None:
         return InputTrial(None, [], reason)
     changed = {**_kept(arguments), **candidate}
-    ratio = _alternated(fit, model, arguments, changed, seconds)
+    ratio = alternated(fit, model, arguments, changed, seconds)
     if ratio is None:
         return InputTrial(None, changes, "the fit ended before a step could be timed")
     if kind != "dataset" or not any(change.startswith("cache") for change in changes):
-        return InputTrial(ratio, changes)
+        return InputTrial(ratio, changes, fit_arguments=changed)
     if not _filled(candidate["x"]):
-        return InputTrial(ratio, changes, first_epoch_ratio=ratio)
-    cached = _alternated(fit, model, arguments, changed, seconds)  # the epochs after the first
-    return InputTrial(cached or ratio, changes, first_epoch_ratio=ratio)
+        return InputTrial(ratio, changes, first_epoch_ratio=ratio, fit_arguments=changed)
+    cached = alternated(fit, model, arguments, changed, seconds)  # the epochs after the first
+    return InputTrial(cached or ratio, changes, first_epoch_ratio=ratio, fit_arguments=changed)
 
 
-def _alternated(fit, model, arguments: dict, changed: dict, seconds: float) -> float | None:
-    """The fit's rate with ``changed`` over its rate with ``arguments``: the medians of
-    ``ROUNDS`` alternating rounds; None where no round timed a step."""
+def alternated(fit, model, arguments: dict, changed: dict, seconds: float,
+               changed_model=None) -> float | None:
+    """The fit's rate with ``changed`` (and ``changed_model``, by default the same model) over
+    its rate with ``arguments``: the medians of ``ROUNDS`` alternating rounds; None where no
+    round timed a step."""
+    changed_model = model if changed_model is None else changed_model
     plain_rates, tfopt_rates = [], []
     for _ in range(ROUNDS):
         plain = time_fit(fit, model, arguments, 1, 1_000_000, seconds)
-        faster = time_fit(fit, model, changed, 1, 1_000_000, seconds)
+        faster = time_fit(fit, changed_model, changed, 1, 1_000_000, seconds)
         if plain is not None and faster is not None:
             plain_rates.append(plain)
             tfopt_rates.append(faster)

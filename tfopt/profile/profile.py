@@ -149,9 +149,15 @@ def _measure(call: FitCall, steps: int, seconds: float, trial: bool) -> ProfileR
     if trial:
         step_seconds = alone.step_seconds if alone is not None else fitted.step_seconds
         report.recommendations = _tried(call, held, facts, found, report.trials, step_seconds)
+        input_arguments = None
         if "input_pipeline" in {r.kind for r in found}:
-            _tried_input(call, kind, per_round, found, report.trials)
+            input_arguments = _tried_input(call, kind, per_round, found, report.trials)
             report.recommendations = rank(found)
+        from tfopt.profile.together import try_together
+
+        together = try_together(call, held, report.trials, input_arguments, per_round)
+        if together is not None:
+            report.trials.append(together.to_json())
         report.tried = True
     else:
         report.recommendations = found
@@ -217,8 +223,9 @@ def _tried(call: FitCall, held, facts, found: list[Recommendation],
 
 
 def _tried_input(call: FitCall, kind: str, seconds: float, found: list[Recommendation],
-                 record: list) -> None:
-    """Measure the input recommendation: the fit on tfopt's input against the script's."""
+                 record: list) -> dict | None:
+    """Measure the input recommendation: the fit on tfopt's input against the script's.
+    Returns the fit's arguments with tfopt's input, where it was built."""
     from tfopt.profile.input_trial import try_input
 
     trial = try_input(call.fit, call.model, call.arguments, kind, seconds)
@@ -230,7 +237,7 @@ def _tried_input(call: FitCall, kind: str, seconds: float, found: list[Recommend
     recommendation = next(r for r in found if r.kind == "input_pipeline")
     if trial.ratio is None:
         recommendation.basis += f"; not measured: {trial.reason}"
-        return
+        return None
     recommendation.measured_speedup = trial.ratio
     recommendation.same_training = True  # the same examples: optimize keeps them and their order
     recommendation.basis = ("the fit on tfopt's input against the script's, the same model, "
@@ -240,6 +247,7 @@ def _tried_input(call: FitCall, kind: str, seconds: float, found: list[Recommend
                                  f"epoch, filling it: {trial.first_epoch_ratio:.2f}x)")
     elif trial.first_epoch_ratio is not None:
         recommendation.basis += "; the first epoch's (a pass is too long to fill the cache)"
+    return trial.fit_arguments
 
 
 def profile_script(script, args=(), *, steps: int = 60, seconds: float = 20.0, fit: int = 1,

@@ -134,6 +134,11 @@ class ProfileReport:
                 ratio = trial["measured_speedup"]
                 outcome = (f"{ratio:.2f}x" if ratio is not None else
                            f"not timed: {trial.get('reason', 'its loss on one batch differs')}")
+                if trial["kind"] == "together":  # the whole fit, not the step alone
+                    lines.append(f"  all together        {outcome} the script's whole fit, "
+                                 f"{' + '.join(trial['parts'])} at once, as tfopt.Run "
+                                 "applies them")
+                    continue
                 lines.append(f"  {trial['kind']:<20}{outcome}")
         lines += [f"note: {note}" for note in self.notes]
         return "\n".join(lines)

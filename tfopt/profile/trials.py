@@ -20,7 +20,8 @@ from tfopt.tune.model import copy_model
 from tfopt.tune.steps_per_execution import quiet_fit_warnings, time_setups
 from tfopt.tune.xla import LOSS_TOLERANCE
 
-__all__ = ["Trial", "TRIAL_STEPS", "trial_steps", "try_changes"]
+__all__ = ["Trial", "TRIAL_STEPS", "compile_arguments", "copy_with_weights", "first_line",
+           "loss_on", "trial_steps", "try_changes"]
 
 TRIAL_STEPS = 32  # steps per timed round at most: whole calls for 1 and 16 steps per call
 ROUND_SECONDS = 2.0  # a timed round of a long step is cut to about this many seconds
@@ -41,7 +42,7 @@ class Trial:
     reason: str = ""
 
 
-def _compile_arguments(model, recorded: dict, **changes) -> dict:
+def compile_arguments(model, recorded: dict, **changes) -> dict:
     arguments = dict(recorded) if recorded else {
         "optimizer": model.optimizer, "loss": getattr(model, "loss", None)}
     optimizer = arguments.get("optimizer")
@@ -58,7 +59,7 @@ def _compile_arguments(model, recorded: dict, **changes) -> dict:
     return arguments
 
 
-def _copy(model, batch, weights, policy: str | None):
+def copy_with_weights(model, batch, weights, policy: str | None):
     copy = copy_model(model)
     if not copy.built:
         copy(batch)
@@ -68,12 +69,12 @@ def _copy(model, batch, weights, policy: str | None):
     return copy
 
 
-def _loss(model, batch) -> float:
+def loss_on(model, batch) -> float:
     with quiet_fit_warnings():
         return float(model.evaluate(batch, verbose=0, return_dict=True)["loss"])
 
 
-def _first_line(error: Exception) -> str:
+def first_line(error: Exception) -> str:
     """The line of ``error`` that says what went wrong: TensorFlow's messages end with the
     node and op names, after it."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()
@@ -109,13 +110,13 @@ def try_changes(model, recorded: dict, held: tf.data.Dataset, candidates: dict,
     for kind, change in {"base": {}, **candidates}.items():
         change = dict(change)
         try:  # a copy that cannot run (a lookup table Keras's clone leaves empty) is named
-            copy = _copy(model, x, weights, change.pop("policy", None))
-            arguments = _compile_arguments(model, recorded, **{
+            copy = copy_with_weights(model, x, weights, change.pop("policy", None))
+            arguments = compile_arguments(model, recorded, **{
                 "jit_compile": jit, "steps_per_execution": spe, **change})
             copy.compile(**arguments)
-            losses[kind] = _loss(copy, one)
+            losses[kind] = loss_on(copy, one)
         except Exception as error:  # TensorFlow's and Keras's errors vary: all are reported
-            failed[kind] = f"a copy of the model cannot run it ({_first_line(error)})"
+            failed[kind] = f"a copy of the model cannot run it ({first_line(error)})"
             continue
         setups[kind] = (copy, arguments["steps_per_execution"])
     if "base" in failed:
