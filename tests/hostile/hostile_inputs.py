@@ -779,8 +779,8 @@ def _features_of(example: bytes) -> bytes:
 
 
 def malformed_examples(good: bytes) -> dict[str, tuple[bytes, str]]:
-    """name -> (a record made from the Example ``good``, "reject" where TensorFlow's parser
-    refuses it, "accept" where it takes it); its CRCs are valid once framed."""
+    """name -> (a record made from the Example ``good``, "reject" where TensorFlow's parser or
+    tfopt's readers refuse it); its CRCs are valid once framed."""
     def example(features: bytes) -> bytes:
         return b"\x0a" + _varint(len(features)) + features
 
@@ -796,9 +796,10 @@ def malformed_examples(good: bytes) -> dict[str, tuple[bytes, str]]:
                                         + entry), "reject"),
         "unknown_field_inside_features": (example(_features_of(good) + b"\x10\x01"),
                                           "reject"),
-        # TensorFlow's parser skips an unknown top-level field of a valid wire type
-        "unknown_varint_field": (good + b"\x28\x05", "accept"),
-        "unknown_bytes_field": (good + b"\x32\x03abc", "accept"),
+        # TensorFlow's parser skips a top-level field an Example does not have, and its data;
+        # inspect and the pipelines' schema sample refuse the record, and so does verify
+        "unknown_varint_field": (good + b"\x28\x05", "reject"),
+        "unknown_bytes_field": (good + b"\x32\x03abc", "reject"),
     }
 
 

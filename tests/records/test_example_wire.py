@@ -1,12 +1,13 @@
-"""example_wire (records/format/example_wire.py): what TensorFlow's parser refuses in a
-serialized tf.train.Example, decided without TensorFlow, checked against TensorFlow itself."""
+"""example_wire (records/format/example_wire.py): what TensorFlow's parser and tfopt's readers
+refuse in a serialized tf.train.Example, decided without TensorFlow, checked against TensorFlow
+itself."""
 
 from __future__ import annotations
 
 import pytest
 
 from tfopt.records.format.example_pb import example_classes
-from tfopt.records.format.example_wire import ExampleReader, example_problem
+from tfopt.records.format.example_wire import ExampleProblem, ExampleReader, example_problem
 
 
 def _good() -> bytes:
@@ -29,13 +30,19 @@ def _entry(key: bytes, value: bytes) -> bytes:
 
 GOOD = _good()
 MALFORMED = "malformed"  # TensorFlow's parser takes it, verify does not
+# TensorFlow's parser takes it, skipping a top-level field an Example does not have (and its
+# data); inspect, the schema sample and verify refuse it
+FOREIGN = "foreign"
 LABEL = b"\x1a\x03\x0a\x01\x05"  # an int64_list holding [5], packed
 # name -> (record, TensorFlow's parser takes it)
 RECORDS = {
     "canonical": (GOOD, True),
-    "unknown_varint_field": (GOOD + b"\x28\x01", True),
-    "unknown_bytes_field": (GOOD + b"\x32\x02ab", True),
-    "field_1_as_varint": (GOOD + b"\x08\x01", True),
+    "unknown_varint_field": (GOOD + b"\x28\x01", FOREIGN),
+    "unknown_bytes_field": (GOOD + b"\x32\x02ab", FOREIGN),
+    "sequence_example_feature_lists": (GOOD + b"\x12\x00", FOREIGN),
+    "field_1_as_varint": (GOOD + b"\x08\x01", FOREIGN),
+    "field_1_as_32_bit": (GOOD + b"\x0d\x00\x00\x80\x3f", FOREIGN),
+    "foreign_field_before_a_group": (GOOD + b"\x28\x01\x2b\x2c", False),
     "merged_examples": (GOOD + GOOD, True),
     "value_before_key": (_example(b"\x0a\x0e\x12\x05" + LABEL + b"\x0a\x05label"), True),
     "unpacked_int64": (_example(_entry(b"label", b"\x1a\x02\x08\x07")), True),
@@ -84,7 +91,10 @@ def test_the_verdict_is_tensorflows(name, tf):
     assert tensorflow_takes is (takes is not False), name
     verify_takes = takes is True
     assert (example_problem(record) is None) is verify_takes, example_problem(record)
-    assert (ExampleReader().read(record)[1] is None) is verify_takes
+    problem = ExampleReader().read(record)[1]
+    assert (problem is None) is verify_takes
+    if takes in (False, FOREIGN):  # the verdict says whether TensorFlow refuses it too
+        assert problem.tensorflow_refuses is (takes is False), problem
 
 
 def test_problems_say_where_and_why():
@@ -109,7 +119,23 @@ def test_canonical_records_take_the_fast_path_and_keep_their_features():
     assert problem is None and sorted(example.features.feature) == ["b", "label", "x"]
     # protobuf keeps a group as an unknown field and writes it back: the walk must see it
     example, problem = ExampleReader().read(GOOD + b"\x2b\x2c")
-    assert example is not None and "group" in problem
+    assert example is not None and "group" in problem.detail and problem.tensorflow_refuses
     # TensorFlow takes a key that is not UTF-8; protobuf (and tfopt's readers) do not
     example, problem = ExampleReader().read(_example(_entry(b"\xff", LABEL)))
-    assert example is None and problem.startswith("protobuf's parser refuses it")
+    assert example is None and problem.detail.startswith("protobuf's parser refuses it")
+    assert not problem.tensorflow_refuses
+
+
+def test_a_field_an_example_does_not_have_is_named_with_what_tensorflow_does():
+    problem = ExampleReader().read(GOOD + b"\x12\x00")[1]
+    assert problem == ExampleProblem(
+        f"field 2 (length-delimited) at byte {len(GOOD)} (a tf.train.SequenceExample's "
+        "feature_lists?), which an Example does not have; TensorFlow's parser would skip it "
+        "and the data it holds", tensorflow_refuses=False)
+    assert str(problem).startswith("not a tf.train.Example tfopt reads: field 2 ")
+    assert str(ExampleReader().read(GOOD + b"\x08\x01")[1]).startswith(
+        f"not a tf.train.Example tfopt reads: field 1 as a varint value at byte {len(GOOD)}, "
+        "where an Example's features are length-delimited")
+    # a group after it is what TensorFlow refuses: that is the verdict, not the foreign field
+    assert str(ExampleReader().read(GOOD + b"\x28\x01\x2b\x2c")[1]).startswith(
+        "not a tf.train.Example TensorFlow can parse: field 5 of the Example is a group")

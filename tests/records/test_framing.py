@@ -77,11 +77,16 @@ def test_a_huge_length_in_a_small_file_is_an_error_not_an_allocation(tmp_path):
     assert f"{1 << 36:,} bytes" in error.reason
 
 
-def test_a_huge_length_in_a_gzip_file_reads_only_what_the_stream_holds(tmp_path):
-    length = struct.pack("<Q", 1 << 36)
-    data = length + struct.pack("<I", framing.masked_crc32c(length)) + b"\0" * 5000
-    path = tmp_path / "small.tfrecord.gz"
-    path.write_bytes(gzip.compress(data))
+def _gzip_claiming(path, length: int, held: int):
+    header = struct.pack("<Q", length)
+    path.write_bytes(gzip.compress(header + struct.pack("<I", framing.masked_crc32c(header))
+                                   + b"\0" * held))
+    return path
+
+
+def test_a_long_length_in_a_gzip_file_reads_only_what_the_stream_holds(tmp_path):
+    # the longest length read: its data is read in pieces, as far as the stream goes
+    path = _gzip_claiming(tmp_path / "small.tfrecord.gz", framing.MAX_READ_RECORD_BYTES, 5000)
     tracemalloc.start()
     try:
         error = _error(path, "gzip")
@@ -90,6 +95,26 @@ def test_a_huge_length_in_a_gzip_file_reads_only_what_the_stream_holds(tmp_path)
         tracemalloc.stop()
     assert peak < 16 << 20
     assert (error.index, error.offset, error.kind) == (0, 0, "truncated")
+
+
+def test_a_length_past_the_limit_is_refused_before_its_data_is_read(tmp_path):
+    limit = framing.MAX_READ_RECORD_BYTES
+    # GZIP: from the header alone, whatever the stream holds
+    error = _error(_gzip_claiming(tmp_path / "a.tfrecord.gz", 1 << 36, 5000), "gzip")
+    assert (error.index, error.kind) == (0, "too_long")
+    assert error.reason == (f"its length says {1 << 36:,} bytes, more than the {limit:,} tfopt "
+                            "reads as one record (MAX_READ_RECORD_BYTES): a decompression bomb "
+                            "or a damaged header")
+    # plain: a file that holds it (sparse: its data is never written), after one good record
+    path = _write(tmp_path / "b.tfrecord", [b"abc"])
+    length = struct.pack("<Q", limit + 1)
+    with open(path, "ab") as handle:
+        handle.write(length + struct.pack("<I", framing.masked_crc32c(length)))
+        handle.truncate(handle.tell() + limit + 1 + 4)
+    error = _error(path)
+    assert (error.index, error.offset, error.kind) == (1, 19, "too_long")
+    with pytest.raises(RecordError, match="MAX_READ_RECORD_BYTES"):
+        count_framed_records(path)  # the pipelines' header walk: the same limit
 
 
 def test_damage_is_named_with_its_record(tmp_path):

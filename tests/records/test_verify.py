@@ -249,10 +249,18 @@ def test_a_record_tensorflow_cannot_parse_fails_with_shard_and_index(dataset, ta
         "; 1 more record(s) of this shard too")
 
 
-def test_an_unknown_field_tensorflow_skips_passes(dataset):
+def test_a_field_an_example_lacks_fails_as_inspect_refuses_it(dataset):
+    # TensorFlow's parser skips a top-level field 5 (and its data); inspect and the schema
+    # sample refuse the record, and verify, with the same decoder, fails it
     shard = "train-00000-of-00003.tfrecord"
     _rewrite(dataset, shard, 0, list(read_records(dataset / shard))[0] + b"\x28\x05")
-    assert tfopt.verify(dataset).ok
+    result = tfopt.verify(dataset)
+    assert _kinds(result) == [("example", shard, 0)]
+    assert result.problems[0].detail.startswith("not a tf.train.Example tfopt reads: field 5 "
+                                                "(varint) at byte ")
+    with pytest.raises(tfopt.errors.DatasetError, match=r"record 0 is not a tf.train.Example "
+                       r"tfopt reads: field 5 \(varint\)"):
+        tfopt.inspect(dataset)
 
 
 def test_bare_shards_get_their_examples_parsed_too(tmp_path, dataset):

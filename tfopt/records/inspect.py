@@ -304,6 +304,9 @@ def _count_records(files, compression, progress, stats: SchemaStats,
                     counts[position] += 1
             except RecordError as error:
                 count = counts[position]
+                if error.kind == "too_long":  # the limit, not damage, is what stops it here
+                    raise DatasetError(f"{file}: record {error.index:,}: {error.reason}"
+                                       ) from None
                 if error.kind == "trailing":
                     notes.append(f"{file}: {error.reason} (after {count:,} records); run "
                                  f"'tfopt verify' on it")

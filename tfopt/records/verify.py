@@ -1,9 +1,10 @@
 """``verify``: re-read a dataset and prove it is whole.
 
 With a manifest, every shard's size, SHA-256 and record count are compared with it, every record
-is read (TFRecord CRCs checked) and parsed as a ``tf.train.Example`` as TensorFlow's parser would
-parse it (:mod:`tfopt.records.format.example_wire`: malformed wire data, groups and misplaced
-fields fail, unknown fields it skips pass), its label checked against the class names, files
+is read (TFRecord CRCs checked) and parsed as a ``tf.train.Example`` by the decoder ``inspect``
+and the pipelines' schema sample use (:mod:`tfopt.records.format.example_wire`: malformed wire
+data, groups and misplaced fields fail, which TensorFlow's parser refuses, and so do top-level
+fields an Example does not have, which it skips), its label checked against the class names, files
 the manifest does not list are reported, and so is every place where the manifest contradicts itself (split
 totals, shards listed twice, keys, class names). Without one (bare shards from anywhere), record
 CRCs, counts and the Examples are checked, and the report says that this is all that could be checked; a folder
@@ -67,7 +68,7 @@ class ProblemKind(str, enum.Enum):
     MANIFEST = "manifest"  # the manifest contradicts itself (totals, keys, class names)
     LABEL = "label"  # a record whose label is no index into the manifest's class names
     IMAGE = "image"  # a record's image that TensorFlow refuses, or over the pixel limit
-    EXAMPLE = "example"  # a record TensorFlow's parser refuses, or records without features
+    EXAMPLE = "example"  # a record TensorFlow's parser or tfopt's readers refuse, or no features
 
 
 @dataclasses.dataclass(frozen=True)
@@ -376,8 +377,8 @@ class _Firsts:
 
 
 class _RecordCheck:
-    """Each record of one shard parsed once, as TensorFlow's parser would take it
-    (:class:`~tfopt.records.format.example_wire.ExampleReader`), its label checked when the
+    """Each record of one shard parsed once, as TensorFlow's parser and tfopt's readers would
+    take it (:class:`~tfopt.records.format.example_wire.ExampleReader`), its label checked when the
     manifest names classes, and runs of records without features counted: reading stops
     (:class:`_GaveUp`) after ``FEATURELESS_RECORDS_CAP`` of them in a row."""
 
@@ -392,7 +393,7 @@ class _RecordCheck:
     def observe(self, index: int, data) -> None:
         example, problem = self.read(data)
         if problem is not None:
-            self.malformed.add(index, problem)
+            self.malformed.add(index, str(problem))
             self.malformed_at = index
         # a malformed record's features are none a pipeline reads: it extends a run too
         features = example.features.feature if example is not None and problem is None else None
@@ -419,8 +420,7 @@ class _RecordCheck:
         if self.malformed.first is not None:
             index, what = self.malformed.first
             found.append(Problem(str(file), ProblemKind.EXAMPLE,
-                                 f"not a tf.train.Example TensorFlow can parse: {what}"
-                                 f"{self.malformed.more()}", record=index))
+                                 f"{what}{self.malformed.more()}", record=index))
         if self.bad_labels.first is not None:
             index, what = self.bad_labels.first
             classes = self.labels.classes

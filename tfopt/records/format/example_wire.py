@@ -1,4 +1,5 @@
-"""Whether TensorFlow's parser takes a serialized ``tf.train.Example``, decided without it.
+"""Whether TensorFlow's parser, and tfopt's readers, take a serialized ``tf.train.Example``,
+decided without TensorFlow.
 
 ``tf.io.parse_example`` does not use protobuf's parser: it walks the bytes itself
 (``tensorflow/core/util/example_proto_fast_parsing.cc``), and is stricter than protobuf in
@@ -18,13 +19,20 @@ parser (and tfopt's readers with it) refuses it: an unknown field whose length r
 end (TensorFlow skips to the end), packed floats of a length that is not a multiple of 4
 (TensorFlow drops the odd bytes).
 
-Fields it skips pass: an unknown field of a valid wire type at the top level of the Example,
-fields after a feature's list, the field-1 tag with another wire type. Keys need not be UTF-8
-for TensorFlow (protobuf's parser refuses them; :func:`example_problem` does not).
+A field an Example does not have at its top level fails as well, though TensorFlow's parser
+skips it: any field but 1, or field 1 with another wire type than length-delimited. Skipped,
+its data would be lost without a word (a ``tf.train.SequenceExample``'s ``feature_lists``,
+field 2, is such a field), and ``inspect`` and the pipelines' schema sample refuse such a
+record: this module is the one decoder all of them and ``verify`` use, so they agree.
 
-:func:`checked_example` is what ``verify`` calls per record: protobuf's C parser first, and a
-record that serializes back to the same bytes (canonical, as tfopt and most writers produce)
-is taken without the walk, which runs in Python (a few microseconds per feature).
+Fields TensorFlow skips deeper down pass: fields after a feature's list. Keys need not be UTF-8
+for TensorFlow (protobuf's parser refuses them, and :class:`ExampleReader` with it;
+:func:`example_problem` does not).
+
+:class:`ExampleReader` is what ``verify``, ``inspect`` and the schema sample call per record:
+protobuf's C parser first, and a record that serializes back to the same bytes (canonical, as
+tfopt and most writers produce) is taken without the walk, which runs in Python (a few
+microseconds per feature).
 
 Example:
     >>> example_problem(b"\\x0a\\x00")  # an Example with empty Features
@@ -33,6 +41,8 @@ Example:
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from tfopt.records.format.example_pb import example_classes
 
@@ -45,6 +55,10 @@ _ENTRY_VALUE = 0x12  # field 2, length-delimited: an entry's value
 _KIND_TAGS = {0x0A: "bytes_list", 0x12: "float_list", 0x1A: "int64_list"}
 _FLOAT_VALUE = 0x0D  # field 1, 32-bit: an unpacked float
 _INT64_VALUE = 0x08  # field 1, varint: an unpacked int64
+# Records longer than this are walked rather than serialized back to be compared: the walk
+# costs per field, the round trip per byte, and the round trip holds two more copies of the
+# record while it runs (docs/benchmarks.md has the peaks with it and without)
+_ROUND_TRIP_BYTES = 1 << 20
 
 
 class _Malformed(Exception):
@@ -99,30 +113,72 @@ def _skip(data: bytes, position: int, end: int, tag: int, what: str) -> int:
     return position + size
 
 
+@dataclasses.dataclass(frozen=True)
+class ExampleProblem:
+    """Why a record is not an Example that tfopt reads.
+
+    Attributes:
+        detail: What is wrong, and where in the record.
+        tensorflow_refuses: Whether TensorFlow's parser refuses it too (False: a record it
+            takes, dropping what an Example does not have, that tfopt's readers refuse). True
+            for all malformed wire data, the few kinds it happens to let by included (above).
+    """
+
+    detail: str
+    tensorflow_refuses: bool
+
+    def __str__(self) -> str:
+        reader = "TensorFlow can parse" if self.tensorflow_refuses else "tfopt reads"
+        return f"not a tf.train.Example {reader}: {self.detail}"
+
+
 def example_problem(data: bytes) -> str | None:
-    """What TensorFlow's parser refuses in a serialized ``tf.train.Example``, or None.
+    """What TensorFlow's parser, or tfopt's readers, refuse in a serialized
+    ``tf.train.Example``, or None.
 
     Example:
         >>> example_problem(b"\\x0a\\x05\\x0a\\x03\\x0a\\x01x")  # an entry without its value
         "feature entry 0: a key and no value (TensorFlow's parser needs both)"
     """
+    problem = _walk(data)
+    return problem.detail if problem is not None else None
+
+
+def _walk(data: bytes) -> ExampleProblem | None:
     try:
-        _example(data)
+        foreign = _example(data)
     except _Malformed as problem:
-        return str(problem)
-    return None
+        return ExampleProblem(str(problem), tensorflow_refuses=True)
+    return ExampleProblem(foreign, tensorflow_refuses=False) if foreign else None
 
 
-def _example(data: bytes) -> None:
-    end, position, entries = len(data), 0, 0
+def _example(data: bytes) -> str | None:
+    """Walk the Example; return what it holds that an Example does not have (the first such
+    field), once the whole record is known to be one TensorFlow's parser takes."""
+    end, position, entries, foreign = len(data), 0, 0, None
     while position < end:
+        at = position
         tag, position = _varint(data, position, end, "the Example")
         if tag == _FIELD_1_BYTES:
             length, position = _length(data, position, end, "the Example's features")
             entries = _features(data, position, position + length, entries)
             position += length
-        else:  # skipped by TensorFlow's parser, as an unknown field
+        else:  # skipped by TensorFlow's parser, as an unknown field, or refused (a group)
             position = _skip(data, position, end, tag, "the Example")
+            foreign = foreign or _foreign_field(tag, at)
+    return foreign
+
+
+def _foreign_field(tag: int, at: int) -> str:
+    """A top-level field an Example does not have, said with where it is."""
+    field, wire = tag >> 3, _WIRE_NAMES[tag & 7]
+    if field == 1:
+        what = (f"field 1 as a {wire} value at byte {at}, where an Example's features are "
+                "length-delimited")
+    else:
+        hint = " (a tf.train.SequenceExample's feature_lists?)" if field == 2 else ""
+        what = f"field {field} ({wire}) at byte {at}{hint}, which an Example does not have"
+    return f"{what}; TensorFlow's parser would skip it and the data it holds"
 
 
 def _features(data: bytes, position: int, end: int, entries: int) -> int:
@@ -229,14 +285,15 @@ _LISTS = {"bytes_list": _bytes_list, "float_list": _float_list, "int64_list": _i
 
 
 class ExampleReader:
-    """Parse serialized Examples, and say why TensorFlow's parser would refuse one.
+    """Parse serialized Examples, and say why TensorFlow's parser or tfopt's readers would
+    refuse one.
 
     ``read(data)`` returns ``(example, problem)``: the parsed message (None where protobuf's
-    parser refuses the bytes) and what is wrong (None for a record a pipeline reads).
-    A record that serializes back to its own bytes once unknown fields are dropped
-    (deterministic order: what tfopt writes) holds known fields only, in their canonical
-    encoding, which TensorFlow's parser takes: no walk is needed. Any other record is walked
-    (:func:`example_problem`).
+    parser refuses the bytes) and an :class:`ExampleProblem` (None for a record that every
+    reader takes). A record that serializes back to its own bytes once unknown fields are
+    dropped (deterministic order: what tfopt writes) holds known fields only, in their
+    canonical encoding, which TensorFlow's parser takes: no walk is needed. Any other record,
+    and any longer than 1 MiB, is walked (:func:`example_problem`).
     """
 
     def __init__(self):
@@ -254,11 +311,12 @@ class ExampleReader:
             # protobuf keeps unknown fields (a group among them) and writes them back: only
             # without them does the same bytes mean known fields alone
             example.DiscardUnknownFields()
-            if example.SerializeToString(deterministic=True) == data:
+            if (len(data) <= _ROUND_TRIP_BYTES
+                    and example.SerializeToString(deterministic=True) == data):
                 return example, None
-        problem = example_problem(data)
+        problem = _walk(data)
         if problem is None and example is None:
             # TensorFlow would take it, tfopt's readers (protobuf's) would not
-            problem = ("protobuf's parser refuses it (a feature key that is not UTF-8?), "
-                       "and tfopt's schema sampling with it")
+            problem = ExampleProblem("protobuf's parser refuses it (a feature key that is not "
+                                     "UTF-8?)", tensorflow_refuses=False)
         return example, problem

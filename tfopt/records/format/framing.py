@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import io
 import os
 import struct
 import zlib
@@ -37,6 +38,16 @@ _MASK_DELTA = 0xA282EAD8
 _LENGTH = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
 _CHUNK = 1 << 20  # bytes read at a time where a length cannot be checked against a file size
+# The longest record tfopt's readers take (verify, inspect, a pipeline's schema sample and its
+# walk of plain shards' headers); a longer one is refused from its header, before its data is
+# read. TensorFlow's reader has no such limit: it takes whatever length a header says, and a
+# GZIP file a thousand times smaller than its records can say so and hold them (a
+# decompression bomb: docs/records.md, "Memory"). No dataset needs more: TensorFlow's decoders
+# refuse an image of 2**29 decoded bytes or more (image_limits.TF_MAX_JPEG_BYTES), so a record
+# of one image it decodes fits, and a batch of 32 records this long is 16 GiB before any
+# decode. verify and inspect hold a record about three times while they read it (its data,
+# protobuf's parse, one value), so this also bounds what one file in flight costs them.
+MAX_READ_RECORD_BYTES = 1 << 29
 _BUFFER = 1 << 20  # the file buffer of readers and writers
 
 _crc32c_value = None
@@ -51,8 +62,8 @@ class RecordError(TfoptError):
         offset: The byte offset of its header (in the decompressed stream for GZIP files).
         reason: What is wrong, without the file and index.
         kind: ``"truncated"`` (a length beyond the end of the file or stream),
-            ``"trailing"`` (fewer bytes than a header after the last whole record), ``"crc"``
-            or ``"gzip"``.
+            ``"trailing"`` (fewer bytes than a header after the last whole record), ``"crc"``,
+            ``"gzip"`` or ``"too_long"`` (a length over :data:`MAX_READ_RECORD_BYTES`).
     """
 
     def __init__(self, file, index: int, offset: int, reason: str, kind: str):
@@ -136,9 +147,11 @@ class RecordWriter:
 def read_records(path, compression: str | None = None, *, check_crc: bool = True):
     """Yield each record's data (``bytes``) of a TFRecord file, in order.
 
-    Every length is checked before its data is read: against the bytes left in a plain file,
-    and, in a GZIP file, by reading the data in pieces of at most 1 MiB, so a damaged length
-    (say 2**36 in a 1 KB file) is an error, never an allocation.
+    Every length is checked before its data is read: against :data:`MAX_READ_RECORD_BYTES`,
+    against the bytes left in a plain file, and, in a GZIP file, by reading the data in pieces
+    of at most 1 MiB into one growing buffer, so a damaged length (say 2**36 in a 1 KB file) is
+    an error, never an allocation, and a long record is held once, not once per piece and
+    again whole.
 
     Args:
         path: The file.
@@ -174,6 +187,7 @@ def _read_plain(path: Path, check_crc: bool):
                 raise RecordError(path, index, offset, f"truncated record: its length says "
                                   f"{length:,} bytes, {max(0, left - FOOTER_BYTES):,} are left in "
                                   "the file", "truncated")
+            _check_length(path, index, offset, length)
             data = handle.read(length)
             footer = handle.read(FOOTER_BYTES)
             if len(data) < length or len(footer) < FOOTER_BYTES:  # the file shrank meanwhile
@@ -196,6 +210,16 @@ def _check_header(path, index: int, offset: int, header: bytes, crc) -> int:
     return _LENGTH.unpack(length_bytes)[0]
 
 
+def _check_length(path, index: int, offset: int, length: int) -> None:
+    """Refuse a length over MAX_READ_RECORD_BYTES; in a plain file, after the check against
+    the bytes left, which says more of a damaged header."""
+    if length > MAX_READ_RECORD_BYTES:
+        raise RecordError(path, index, offset, f"its length says {length:,} bytes, more than "
+                          f"the {MAX_READ_RECORD_BYTES:,} tfopt reads as one record "
+                          "(MAX_READ_RECORD_BYTES): a decompression bomb or a damaged header",
+                          "too_long")
+
+
 def _read_gzip(path: Path, check_crc: bool):
     import gzip
 
@@ -212,25 +236,19 @@ def _read_gzip(path: Path, check_crc: bool):
                                       "last whole record (decompressed): a record cut short, or "
                                       "not a TFRecord file", "trailing")
                 length = _check_header(path, index, offset, header, crc)
-                want = length + FOOTER_BYTES
-                if want <= _CHUNK:
-                    body = stream.read(want)
-                else:  # in pieces: a damaged length allocates no more than the stream holds
-                    pieces, got = [], 0
-                    while got < want:
-                        piece = stream.read(min(_CHUNK, want - got))
-                        if not piece:
-                            break
-                        pieces.append(piece)
-                        got += len(piece)
-                    body = b"".join(pieces)
-                if len(body) < want:
+                _check_length(path, index, offset, length)  # the stream's length is unknown
+                if length + FOOTER_BYTES <= _CHUNK:
+                    body = stream.read(length + FOOTER_BYTES)
+                    data, footer = body[:length], body[length:]
+                else:
+                    data = _read_long(stream, length)
+                    footer = stream.read(FOOTER_BYTES)
+                if len(data) + len(footer) < length + FOOTER_BYTES:
                     raise RecordError(path, index, offset, f"truncated record: its length says "
                                       f"{length:,} bytes, the stream ends "
-                                      f"{len(body):,} byte(s) after its header",
+                                      f"{len(data) + len(footer):,} byte(s) after its header",
                                       "truncated")
-                data = body[:length]
-                if crc is not None and _CRC.unpack_from(body, length)[0] != _mask(crc(data)):
+                if crc is not None and _CRC.unpack(footer)[0] != _mask(crc(data)):
                     raise RecordError(path, index, offset, "corrupted record: data CRC mismatch",
                                       "crc")
                 yield data
@@ -240,6 +258,21 @@ def _read_gzip(path: Path, check_crc: bool):
         raise RecordError(path, index, offset, f"the GZIP stream is cut short or damaged "
                           f"({type(error).__name__}: {error}); records after it are lost",
                           "gzip") from None
+
+
+def _read_long(stream, length: int) -> bytes:
+    """``length`` bytes of ``stream`` or fewer where it ends, read in pieces into one buffer:
+    a damaged length allocates no more than the stream holds, and the record is held once
+    (a BytesIO grows in place and hands its buffer over without a copy; a join of the pieces,
+    then a slice of the data, held it three times)."""
+    buffer, got = io.BytesIO(), 0
+    while got < length:
+        piece = stream.read(min(_CHUNK, length - got))
+        if not piece:
+            break
+        buffer.write(piece)
+        got += len(piece)
+    return buffer.getvalue()
 
 
 def gzip_expansion(path, sample_bytes: int = 8 << 20) -> float | None:
@@ -304,6 +337,7 @@ def count_framed_records(path) -> int:
                 raise RecordError(path, index, offset, f"truncated record: its length says "
                                   f"{length:,} bytes, {max(0, left - FOOTER_BYTES):,} are left in "
                                   "the file", "truncated")
+            _check_length(path, index, offset, length)
             offset += length + FRAMING_BYTES
             index += 1
     return index

@@ -180,6 +180,8 @@ def _first_record_size(files, compression, stop_at_corruption: bool) -> int | No
 
 
 def _corrupted(error: RecordError) -> DatasetError:
+    if error.kind == "too_long":  # the limit, not damage, is what stops it here
+        return DatasetError(f"{error.file}: record {error.index:,}: {error.reason}")
     return DatasetError(f"{error.file}: corrupted or not a TFRecord file (record {error.index}: "
                         f"{error.reason}); run 'tfopt verify' on it")
 
@@ -206,35 +208,6 @@ def _read_in_order(schema: SchemaStats, files, compression, per_file: int,
         raise corrupted
 
 
-def _other_top_level_field(raw: bytes) -> int | None:
-    """The number of a top-level field other than Example's ``features`` (1), if any.
-
-    A ``tf.train.SequenceExample`` parses as an ``Example`` (its ``context`` is field 1 too);
-    its ``feature_lists`` (field 2) would be dropped without a word. An Example holds one
-    length-delimited field 1, so this walk costs a few operations per record.
-    """
-    position, end = 0, len(raw)
-    while position < end:
-        tag, position = _varint(raw, position)
-        if tag >> 3 != 1 or tag & 7 != 2:
-            return tag >> 3
-        length, position = _varint(raw, position)
-        position += length
-    return None
-
-
-def _varint(data: bytes, position: int) -> tuple[int, int]:
-    value = shift = 0
-    while position < len(data):
-        byte = data[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, position
-        shift += 7
-    return value, position
-
-
 class SchemaStats:
     """Feature statistics accumulated record by record, in constant memory per feature."""
 
@@ -249,15 +222,8 @@ class SchemaStats:
     def observe(self, raw: bytes, file, index: int) -> None:
         """Take in one serialized record, record ``index`` of ``file`` (named in errors)."""
         example, problem = self._read(raw)
-        if problem is not None:
-            raise DatasetError(f"{file}: record {index} is not a tf.train.Example TensorFlow "
-                               f"can parse: {problem}; run 'tfopt verify' on it")
-        other = _other_top_level_field(raw)
-        if other is not None:
-            what = " (a tf.train.SequenceExample?)" if other == 2 else ""
-            raise DatasetError(
-                f"{file}: record {index} is not a tf.train.Example{what}: it has field {other}, "
-                "which an Example lacks (SequenceExample and other protos are not supported)")
+        if problem is not None:  # verify's verdict too: one decoder (ExampleReader) for both
+            raise DatasetError(f"{file}: record {index} is {problem}; run 'tfopt verify' on it")
         self.records += 1
         self.record_bytes += len(raw)
         features = example.features.feature

@@ -1,7 +1,10 @@
 """NumPy sources: one ``.npz``, one ``.npy``, or a folder of ``.npy`` files (one per feature).
 
 Every array holds one row per example (the same first dimension); workers memory-map them
-instead of loading them. ``np.load`` never unpickles (object arrays are refused).
+instead of loading them. A compressed ``.npz`` member cannot be memory-mapped: every process
+that reads it inflates it whole, so compressed members that inflate past
+:data:`MAX_INFLATED_NPZ_BYTES` together are refused from the archive's index, before a byte is
+inflated. ``np.load`` never unpickles (object arrays are refused).
 
 Example:
     >>> np.savez("data.npz", x=np.zeros((10, 3), np.float32), label=np.arange(10) % 2)
@@ -38,7 +41,14 @@ from tfopt.records.sources.shared import ScannedSource, SourceKind, require_memo
 
 logger = logging.getLogger("tfopt")
 
-
+# The most bytes the compressed members of one .npz may inflate to. Each shard-writing process
+# of convert (one per core by default) inflates them all into its memory, as zipfile cannot
+# seek in a deflate stream: at this limit 8 workers hold 8 GiB. The arrays people save with
+# np.savez_compressed sit well below it (MNIST's inflate to 55 MB, CIFAR-10's to 184 MB); a
+# deflate bomb, zeros a thousand times larger than its file, had every process inflate all of
+# it (docs/records.md, "Memory"). Larger arrays belong uncompressed (np.savez, or .npy files),
+# which convert memory-maps.
+MAX_INFLATED_NPZ_BYTES = 1 << 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +94,7 @@ def _npz_refs(path: Path) -> list[_ArrayRef]:
     except (OSError, zipfile.BadZipFile) as error:
         raise SourceError(path, f"not a readable .npz archive ({error})") from None
     with archive, open(path, "rb") as raw:
+        _require_inflatable(path, archive)  # before a byte is inflated
         for info in archive.infolist():
             if not info.filename.endswith(".npy"):
                 continue
@@ -109,6 +120,20 @@ def _npz_refs(path: Path) -> list[_ArrayRef]:
                 _check_stored_crc(raw, start, info, where)
             refs.append(_ArrayRef(key, str(path), info.filename, shape, dtype.str, fortran, offset))
     return refs
+
+
+def _require_inflatable(path: Path, archive: zipfile.ZipFile) -> None:
+    """Refuse an archive whose compressed arrays inflate past MAX_INFLATED_NPZ_BYTES, judged by
+    the sizes its index states (zipfile inflates a member to its stated size, no further)."""
+    compressed = [info for info in archive.infolist()
+                  if info.filename.endswith(".npy") and info.compress_type != zipfile.ZIP_STORED]
+    inflated = sum(info.file_size for info in compressed)
+    if inflated > MAX_INFLATED_NPZ_BYTES:
+        raise SourceError(path, f"its {len(compressed)} compressed array(s) inflate to "
+                          f"{inflated:,} bytes, more than the {MAX_INFLATED_NPZ_BYTES:,} convert "
+                          "inflates into each process's memory (MAX_INFLATED_NPZ_BYTES); save "
+                          "them uncompressed (np.savez, or one .npy file each), which convert "
+                          "memory-maps")
 
 
 _CRC_CHUNK = 16 << 20
