@@ -69,3 +69,40 @@ def test_ctrl_c_taken_over_too_where_asked_and_python_s_handler_restored():
             _SignalsWhileDeleted(signal.SIGINT)  # swallowed in the __del__, raised at the end
     assert pending.received
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_once_a_second_signal_cannot_cut_the_first_one_s_cleanup_short():
+    cleaned = []
+    with pytest.raises(KeyboardInterrupt):
+        with signals_raise({signal.SIGINT: KeyboardInterrupt}, once=True):
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(1000):
+                    pass
+            finally:  # the cleanup the first one started
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(1000):
+                    pass
+                cleaned.append(True)
+    assert cleaned == [True]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_exiting_leaves_the_signals_ignored_after_one_came_and_restores_them_otherwise():
+    with signals_raise({signal.SIGINT: KeyboardInterrupt}, exiting=True):
+        pass
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with signals_raise({signal.SIGINT: KeyboardInterrupt}, exiting=True):
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(1000):
+                    pass
+        # the process is exiting: a Ctrl-C now, in the joins of its exit, is let be
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):
+            pass
+        ignoring = signal.getsignal(signal.SIGINT)
+        assert callable(ignoring) and ignoring is not signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -16,6 +16,7 @@ signal alone.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import signal
 import threading
@@ -94,8 +95,11 @@ def signals_raise(exceptions: Mapping[int, Callable[[], BaseException]], *, once
         exiting: For the block of a command that ends its process (implies ``once``): after a
             signal, they stay ignored past the block's end, through the process's exit (a
             Ctrl-C raised there, in the joins of threads and worker pools that the exit
-            waits for, would print "Exception ignored ... KeyboardInterrupt"). Left ignored
-            by a Python handler, not ``SIG_IGN``, which child processes would inherit.
+            waits for, would print "Exception ignored ... KeyboardInterrupt"). Ignored by a
+            Python handler, not ``SIG_IGN``, which child processes would inherit, until the
+            interpreter finalizes: it puts back the default action for a Python handler, and
+            a signal then would end the process by that signal, not with the status it chose
+            (143 for SIGTERM becoming a death by SIGINT), so ``SIG_IGN`` is set at exit.
     """
     pending = PendingSignal()
     if threading.current_thread() is not threading.main_thread():
@@ -118,11 +122,18 @@ def signals_raise(exceptions: Mapping[int, Callable[[], BaseException]], *, once
         keep_ignoring = exiting and pending.received
         for signum in taken:
             signal.signal(signum, _ignored if keep_ignoring else _DEFAULT_HANDLERS[signum])
+        if keep_ignoring:
+            atexit.register(_ignore_for_good, taken)
     pending.check()
 
 
 def _ignored(signum, frame) -> None:
     """A signal that comes while the process exits after answering an earlier one."""
+
+
+def _ignore_for_good(signums) -> None:
+    for signum in signums:
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def sigterm_raises(make_exception: Callable[[], BaseException]):

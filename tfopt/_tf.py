@@ -27,6 +27,29 @@ def _stderr_silenced():
         os.close(devnull)
 
 
+def keep_python_stderr() -> None:
+    """Point ``sys.stderr`` at a duplicate of file descriptor 2, so that what Python writes
+    there does not vanish with TensorFlow's banners.
+
+    For the CLI, whose lines (warnings, an interruption's one line) must show: the quiet
+    import points fd 2 at /dev/null for its duration, and where another thread imports
+    (convert's local writer, at its first image to decode: seconds, half a minute on busy
+    cores) a line written meanwhile would go there too. The duplicate is not inherited by child
+    processes. Nothing happens where ``sys.stderr`` is not fd 2 (a test's captured stream) or
+    was pointed at its duplicate already.
+    """
+    stream = sys.stderr
+    try:
+        if stream is None or stream.fileno() != 2:
+            return
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation: no descriptor
+        return
+    stream.flush()
+    duplicate = open(os.dup(2), "w", encoding=stream.encoding, errors=stream.errors,
+                     buffering=1, closefd=True)
+    sys.stderr = duplicate
+
+
 def import_tensorflow(quiet: bool = True):
     """Import and return the ``tensorflow`` module, without its C++ banners when ``quiet``."""
     if "tensorflow" in sys.modules or not quiet:

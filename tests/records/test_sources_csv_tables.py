@@ -4,6 +4,7 @@ that round trip, and numbers a float type would change refused with their line a
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from conftest import feature_values, manifest_specs, pipeline_columns, read_exam
 import tfopt
 from tfopt.errors import SourceError
 from tfopt.records.manifest import read_manifest
+from tfopt.records.sources import SourceKind, open_reader, scan_source
 
 CSV_TEXT = """id,height,comment,species
 1,1.5,"plain",setosa
@@ -150,3 +152,22 @@ def test_empty_label_cell_is_refused_naming_its_line_or_skipped(tmp_path, labels
     assert result.num_records == 2
     assert [item.path for item in result.manifest.skipped] == [f"{src}:3"]
     assert "" not in (result.manifest.class_names or [])
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_a_row_rewritten_in_place_after_the_scan_is_refused_not_read(tmp_path, on_error):
+    # the same bytes count and the time put back: only the row's own bytes tell
+    src = tmp_path / "table.csv"
+    src.write_text(CSV_TEXT)
+    scanned = scan_source(src, SourceKind.CSV, label="species", skip_bad=on_error == "skip")
+    read = open_reader(scanned.kind, scanned.reader_config, scanned.items)
+    assert read(scanned.items[0])["id"] == 1  # unchanged: read as scanned
+    status = src.stat()
+    src.write_text(CSV_TEXT.replace("5,0.5,x", "5,0.7,x"))
+    os.utime(src, ns=(status.st_atime_ns, status.st_mtime_ns))
+    assert read(scanned.items[0])["id"] == 1  # a row that did not change still reads
+    with pytest.raises(SourceError, match="line 7 is no longer the row the scan read"):
+        read(scanned.items[-1])
+    src.write_text(CSV_TEXT[:40])  # cut short: the row is gone
+    with pytest.raises(SourceError, match="the source changed while it was converted"):
+        read(scanned.items[-1])

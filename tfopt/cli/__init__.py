@@ -14,6 +14,7 @@ import sys
 
 import click
 
+from tfopt._tf import keep_python_stderr
 from tfopt._version import __version__
 from tfopt.cli._common import TfoptGroup
 
@@ -30,6 +31,7 @@ def cli(verbose: int) -> None:
     ctx = click.get_current_context()
     ctx.obj = {"verbose": verbose}
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
+    keep_python_stderr()  # before the handler takes sys.stderr
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(LogFormatter())
     logging.basicConfig(level=level, handlers=[handler])

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import click
 
+from tfopt._signals import Terminated, signals_raise
 from tfopt.cli._common import (
     ByteSize,
     echo_json,
@@ -105,24 +107,27 @@ def demo_data(dst, count, classes, seed, kind, min_size, max_size, workers, over
 @_json
 def convert(src, dst, quiet, as_json, **options):
     """Convert an image folder, NumPy arrays, CSV, Parquet or HDF5 into sharded TFRecords."""
-    from tfopt.records.convert.options import ConvertOptions
-    from tfopt.records.convert.pool import Terminated
-
-    options = ConvertOptions(**options)
     try:
-        from tfopt.records.convert import convert as run_convert
+        # from the command's first line (its imports take a second) to the process's end: a
+        # Ctrl-C, or SIGTERM, is answered once; another while the workers stop, or while the
+        # process exits, is ignored, as it would cut that short and print a traceback
+        with signals_raise({signal.SIGINT: KeyboardInterrupt, signal.SIGTERM: Terminated},
+                           exiting=True):
+            from tfopt.records.convert import convert as run_convert
+            from tfopt.records.convert.options import ConvertOptions
 
-        result = run_convert(src, dst, options, progress=None if not quiet else False)
+            result = run_convert(src, dst, ConvertOptions(**options),
+                                 progress=None if not quiet else False)
     except KeyboardInterrupt as interrupt:
-        # Ctrl-C or SIGTERM: one line (logged by convert once it writes, else this one), no
-        # traceback and no click "Aborted!"; exit code 1 for Ctrl-C as before, 143 for SIGTERM
-        # as a shell reports a process it ended
-        terminated = isinstance(interrupt, Terminated)
-        what = "stopped by SIGTERM" if terminated else "interrupted"
+        # one line (logged by convert once it writes, else this one), no traceback and no
+        # click "Aborted!"; the shell's exit code of a process that the signal ended: 130 for
+        # Ctrl-C, 143 for SIGTERM
+        signum = signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT
+        what = "stopped by SIGTERM" if signum == signal.SIGTERM else "interrupted"
         reported = getattr(interrupt, "tfopt_reported", False)
         fail(None if reported else what,
              f"{what}: finished shards are kept; run again with --resume" if reported else what,
-             128 + Terminated.signum if terminated else 1)
+             128 + signum)
     summary = result.to_json()
     if as_json:
         echo_json(summary)

@@ -36,7 +36,12 @@ from tfopt.records.convert.output import (
     swap_in,
 )
 from tfopt.records.convert.plan import plan_fingerprint, plan_shards
-from tfopt.records.convert.pool import Terminated, WorkerDied, run_tasks, sigterm_as_interrupt
+from tfopt.records.convert.pool import (
+    Terminated,
+    WorkerDied,
+    interruptions_answered_once,
+    run_tasks,
+)
 from tfopt.records.convert.source_watch import SourceSnapshot
 from tfopt.records.disk_space import is_disk_full, require_space_for_images
 from tfopt.records.manifest import JOURNAL_NAME, Manifest, ShardInfo, SplitInfo, write_manifest
@@ -81,6 +86,7 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
             or worker processes cannot start here (``workers=1`` writes in this process).
         KeyboardInterrupt: Ctrl-C, or SIGTERM (in the main thread, where nothing else handles
             it) as its subclass ``Terminated``; the finished shards are kept for ``resume``.
+            Only the first raises: another while the workers stop is ignored.
 
     Example:
         >>> result = convert("photos/", "shards/", val_fraction=0.1, seed=1)
@@ -95,7 +101,8 @@ def convert(src, dst, options: ConvertOptions | None = None, *, progress: bool |
         options = ConvertOptions(**option_values)
     elif option_values:
         options = options.replace(**option_values)
-    with sigterm_as_interrupt():  # SIGTERM as Ctrl-C: finished shards kept for --resume
+    # SIGTERM as Ctrl-C (finished shards kept for --resume), and the first of them alone
+    with interruptions_answered_once():
         return _convert(Path(src), Path(dst), options, progress)
 
 
@@ -105,7 +112,8 @@ def _convert(src: Path, dst: Path, options: ConvertOptions, progress) -> Convert
     kind = SourceKind(options.source_format) if options.source_format else detect_kind(src)
     skip_bad = options.on_error == OnError.SKIP.value
     workers = options.workers if options.workers is not None else usable_cores()
-    watched = SourceSnapshot(src)  # before the first read: a change after it is caught
+    # before the first read: a change after it is caught
+    watched = SourceSnapshot(src, sampled=kind is not SourceKind.IMAGES)
     scanned = scan_source(src, kind, label=options.label, skip_bad=skip_bad,
                           max_size=options.max_size, quality=options.quality, check=options.check,
                           max_pixels=options.max_pixels, group=options.group)
@@ -150,8 +158,7 @@ def _convert(src: Path, dst: Path, options: ConvertOptions, progress) -> Convert
             if is_disk_full(error):
                 raise _disk_full(work, done, tasks) from None
             discard_output(work, tasks, output.created)
-            if watched.change() is not None:
-                watched.check()  # a source file deleted or rewritten under a worker
+            watched.check()  # a source file deleted or rewritten under a worker: said so
             raise
         try:
             watched.check()

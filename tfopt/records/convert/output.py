@@ -315,12 +315,17 @@ def _finish_or_undo_swap(dst: Path) -> None:
 
 
 def discard_output(dst: Path, tasks, created: bool) -> None:
-    """Remove everything this conversion wrote, so that no partial dataset is left."""
-    for task in tasks:
-        (dst / task.file).unlink(missing_ok=True)
+    """Remove everything this conversion wrote, so that no partial dataset is left.
+
+    Temporary files first: a writer left behind (convert's local thread, stopped at its next
+    record) renames its file into place only while that file exists, so no shard can appear
+    once the shards have been removed.
+    """
     for entry in dst.iterdir() if dst.exists() else ():
         if is_temp_file(entry) or entry.name == JOURNAL_NAME:
             entry.unlink(missing_ok=True)
+    for task in tasks:
+        (dst / task.file).unlink(missing_ok=True)
     if created:
         try:
             dst.rmdir()

@@ -2,8 +2,10 @@
 
 ``workers - 1`` spawned processes and a local thread share the shard tasks; each finished shard
 is journaled as it arrives. Ctrl-C is held back while workers start, and answered by the main
-process, and so is SIGTERM (:func:`sigterm_as_interrupt`); a worker that dies (OOM killer) is an
-interruption, which keeps the finished shards, and so are workers that cannot start here
+process, and so is SIGTERM, the first of them alone (:func:`interruptions_answered_once`). The
+stop they start is bounded, and no worker process outlives ``run_tasks``, so that none is left
+starting up once its pool is gone. A worker that dies (OOM killer) is an interruption, which
+keeps the finished shards, and so are workers that cannot start here
 (:class:`~tfopt.errors.WorkerStartError`). The workers do not import the caller's main
 module (:func:`~tfopt._spawn.worker_context`): no ``if __name__ == "__main__":`` guard is
 needed around ``convert``.
@@ -23,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from tfopt._signals import sigterm_raises
+from tfopt._signals import Terminated, signals_raise
 from tfopt._spawn import worker_context
 from tfopt._supervisor import die_with_parent, start_failure, stop_processes
 from tfopt.errors import TfoptError, WorkerStartError
@@ -59,7 +61,11 @@ def _on_worker_sigterm(signum, frame) -> None:
     """End this worker on the SIGTERM the main process sends once it told the workers to stop
     (stop_processes); ignore one sent to the whole group before that (the main process got it
     too, and stops the workers itself)."""
-    if _worker_should_stop():
+    try:
+        stopping = _worker_should_stop()
+    except Exception:  # this worker's interpreter is being torn down: its state is gone
+        stopping = True
+    if stopping:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.raise_signal(signal.SIGTERM)
 
@@ -153,9 +159,12 @@ def run_tasks(tasks, dst: Path, workers: int, journal: Journal, done: dict, bar)
     except BaseException:
         _stop_all(stop, local, executor)
         raise
-    # every shard is in: let the idle workers exit on their own (a TensorFlow teardown, where
-    # one decoded images, is slow) instead of making the caller wait for it
-    executor.shutdown(wait=False)
+    # every shard is in. The workers are stopped as after an error, not left to exit on their
+    # own: a TensorFlow teardown (where one decoded images) is slow, and one still starting up
+    # (spawned for a task that another took) would be joined at this process's exit, where a
+    # Ctrl-C cuts the join short and the worker then fails to start, a traceback, once the
+    # pool's semaphores are gone.
+    _stop_all(stop, local, executor)
 
 
 def _cannot_start(error: BaseException) -> WorkerStartError:
@@ -179,18 +188,15 @@ class WorkerDied(TfoptError):
 _STOP_GRACE_S = 0.5
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM while convert runs, answered as Ctrl-C is: the workers stop, the finished shards
-    and the journal stay for ``--resume``. A KeyboardInterrupt, so that every path that
-    handles Ctrl-C handles it too; the CLI exits with 143 (128 + SIGTERM) for it."""
-
-    signum = signal.SIGTERM
-
-
-def sigterm_as_interrupt():
-    """Raise :class:`Terminated` on SIGTERM while the block runs, instead of dying at once
-    (which leaves the journal, temporary files and the pool's semaphores behind)."""
-    return sigterm_raises(Terminated)
+def interruptions_answered_once():
+    """Ctrl-C as KeyboardInterrupt and SIGTERM as :class:`~tfopt._signals.Terminated` while
+    the block runs, instead of SIGTERM's death at once (which leaves the journal, temporary
+    files and the pool's semaphores behind); only the first of them raises, so that a second
+    Ctrl-C cannot cut short the stop that the first one started (workers left running, their
+    temporary files kept, a traceback from wherever it landed). A caller that handles them
+    itself (the CLI) keeps its handlers."""
+    return signals_raise({signal.SIGINT: KeyboardInterrupt, signal.SIGTERM: Terminated},
+                         once=True)
 
 
 _HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -230,11 +236,18 @@ def _signals_held():
 
 
 def _stop_all(stop, local: _LocalWriter, executor) -> list:
-    """Stop the local writer and the worker processes; return the processes, reaped."""
+    """Stop the local writer and the worker processes; return the processes, reaped.
+
+    Those still starting up (SIGTERM blocked until their initializer runs) are killed after
+    the grace, silently. The local writer gets the grace too, and is then left behind: it may
+    be importing TensorFlow for a decode (seconds, half a minute on busy cores), which nothing
+    can cut short, and it ends at its next record (a daemon thread: the process exits without
+    it). The caller removes the temporary file it leaves; its shard is not journaled.
+    """
     stop.set()
     processes = list((getattr(executor, "_processes", None) or {}).values())
     executor.shutdown(wait=False, cancel_futures=True)
-    local.join()
+    local.join(_STOP_GRACE_S)
     stop_processes(processes, _STOP_GRACE_S)
     return processes
 

@@ -2,7 +2,9 @@
 
 Each column is typed from all of its cells: int64, float32 where float32 keeps every number,
 float64 (raw bytes) otherwise, else text; a number a type would change is refused, never
-rounded. Workers seek to their rows by byte offset.
+rounded. Workers seek to their rows by byte offset, and check each row's bytes against the
+CRC-32 the scan took of them: a file written to since the scan is refused, never read into a
+dataset that mixes its two versions.
 
 Example:
     >>> scanned = scan_csv(Path("table.csv"), label="y", skip_bad=False, max_size=None,
@@ -17,6 +19,7 @@ import csv
 import logging
 import math
 import re
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,30 +29,35 @@ from tfopt.errors import SourceError
 from tfopt.records.manifest import SkippedItem
 from tfopt.records.schema import INT64_MAX, INT64_MIN, Encoding, FeatureKind, FeatureSpec
 from tfopt.records.sources.labels import choose_label, labels_from_values
-from tfopt.records.sources.shared import BadItem, ScannedSource, SourceKind
+from tfopt.records.sources.shared import ScannedSource, SourceKind, source_changed
 
 logger = logging.getLogger("tfopt")
 
 
 
 
-def _csv_rows(path: Path, start: int = 0) -> Iterator[tuple[int, int, list[str]]]:
-    """Yield ``(line number, byte offset, fields)`` for each row from byte ``start``.
+def _csv_rows(path: Path, start: int = 0) -> Iterator[tuple[int, int, list[str], int]]:
+    """Yield ``(line number, byte offset, fields, CRC-32 of the row's bytes)`` for each row
+    from byte ``start``.
 
-    Offsets let workers seek straight to their rows, so no process holds the whole file. Quoted
-    fields with line breaks are handled by csv.reader; the offset is that of the row's first line.
+    Offsets let workers seek straight to their rows, so no process holds the whole file, and
+    the checksum lets them tell that the bytes there are still the row the scan read. Quoted
+    fields with line breaks are handled by csv.reader (which reads no line beyond the row's
+    last); the offset is that of the row's first line.
     """
     delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
     with open(path, "rb") as handle:
         handle.seek(start)
         position = start
         lines_read = 0
+        crc = 0
 
         def lines():
-            nonlocal position, lines_read
+            nonlocal position, lines_read, crc
             for raw in handle:
                 position += len(raw)
                 lines_read += 1
+                crc = zlib.crc32(raw, crc)
                 try:
                     yield raw.decode("utf-8-sig" if position == len(raw) else "utf-8")
                 except UnicodeDecodeError as error:
@@ -59,13 +67,14 @@ def _csv_rows(path: Path, start: int = 0) -> Iterator[tuple[int, int, list[str]]
         while True:
             row_start = position
             first_line = lines_read + 1
+            crc = 0
             try:
                 fields = next(reader)
             except StopIteration:
                 return
             except csv.Error as error:
                 raise SourceError(path, f"line {first_line}: malformed CSV ({error})") from None
-            yield first_line, row_start, fields
+            yield first_line, row_start, fields, crc
 
 
 # A number in a CSV cell is plain ASCII decimal notation: optional sign, digits, decimal point,
@@ -236,7 +245,7 @@ _CSV_CHUNK = 4096  # rows whose cells are typed together, column by column
 def scan_csv(src: Path, *, label, skip_bad, max_size, quality, check) -> ScannedSource:
     rows = _csv_rows(src)
     try:
-        _, _, header = next(rows)
+        _, _, header, _ = next(rows)
     except StopIteration:
         raise SourceError(src, "empty file: a CSV source needs a header row") from None
     header = [name.strip() for name in header]
@@ -267,7 +276,7 @@ def scan_csv(src: Path, *, label, skip_bad, max_size, quality, check) -> Scanned
         chunk_lines.clear()
         chunk_rows.clear()
 
-    for line_number, offset, fields in rows:
+    for line_number, offset, fields, crc in rows:
         if not fields:
             continue  # blank line
         if len(fields) != width:
@@ -285,7 +294,7 @@ def scan_csv(src: Path, *, label, skip_bad, max_size, quality, check) -> Scanned
             take_chunk()
         if label_column is not None:
             label_values.append(fields[label_column])
-        items.append((line_number, offset))
+        items.append((line_number, offset, crc))
         sizes.append(sum(map(len, fields)) + 4 * width)
     take_chunk()
     if not items:
@@ -346,10 +355,16 @@ def csv_reader(config: dict):
         return text.encode("utf-8")
 
     def read(item) -> dict:
-        line_number, offset = item
-        _, _, fields = next(_csv_rows(path, offset))
-        if len(fields) != len(header):  # the file changed since the scan
-            raise BadItem(f"{path}:{line_number}", "row changed since the scan")
+        line_number, offset, crc = item
+        try:
+            row = next(_csv_rows(path, offset), None)
+        except (SourceError, OSError):  # not UTF-8, malformed, gone: not the row the scan read
+            row = None
+        if row is None or row[3] != crc:
+            # not a bad item to skip: the rest of the file may have changed too
+            raise source_changed(path, f"line {line_number} is no longer the row the scan read "
+                                 "(the file was written to)")
+        fields = row[2]
         return {
             name: convert_field(kind, text)
             for name, kind, text in zip(header, kinds, fields, strict=True)

@@ -1,6 +1,7 @@
 """What every source kind shares: the kinds (:class:`SourceKind`) and the suffixes that tell them,
-what a scan learns (:class:`ScannedSource`), an item that cannot be converted (:class:`BadItem`)
-and the row-count check before planning (:func:`require_memory_for_rows`).
+what a scan learns (:class:`ScannedSource`), an item that cannot be converted (:class:`BadItem`),
+a source that changed under its conversion (:func:`source_changed`) and the row-count check
+before planning (:func:`require_memory_for_rows`).
 
 The kind modules (:mod:`.images`, :mod:`.numpy_arrays`, ...) import these from here, and the
 package (:mod:`tfopt.records.sources`) dispatches to the kind modules: no module imports its
@@ -37,6 +38,15 @@ class BadItem(Exception):
 
     def as_source_error(self) -> SourceError:
         return SourceError(self.where, self.reason)
+
+
+def source_changed(src, change: str) -> SourceError:
+    """The error of a source that changed while it was converted: what changed, and that
+    nothing of the conversion is kept. One wording for convert's checks of the source's
+    files and for a reader that finds other bytes than the scan saw (a CSV row)."""
+    return SourceError(src, f"the source changed while it was converted: {change}; nothing of "
+                       "this conversion is kept (it would mix both versions): convert again "
+                       "once the source stays put")
 
 
 # Bytes of the main process's memory per item while a conversion is planned: the item list,
