@@ -216,6 +216,8 @@ def test_ctrl_c_as_the_process_exits_after_a_conversion_prints_no_traceback(tmp_
     wait_for(process, lambda: (dst / "manifest.json").exists(), "manifest")
     ctrl_c(process, times=2, gap=0.05)
     code, err = finish(process)
-    assert code in (0, CTRL_C), err
+    # 0: it ended first; 130: the interruption answered; -2: the second Ctrl-C came as the
+    # interpreter exited, where Python's default handler is back (a shell shows 130 for it too)
+    assert code in (0, CTRL_C, -signal.SIGINT), err
     assert len(err.strip().splitlines()) <= 1, err  # "interrupted", if it came before the end
     assert tfopt.verify(dst).ok

@@ -186,6 +186,7 @@ class WorkerDied(TfoptError):
 # temporary file, which --resume removes; the shard it was writing is not journaled, so it is
 # redone anyway.
 _STOP_GRACE_S = 0.5
+_MANAGER_JOIN_S = 5.0  # the pool's manager thread, its workers reaped: ends in milliseconds
 
 
 def interruptions_answered_once():
@@ -249,6 +250,13 @@ def _stop_all(stop, local: _LocalWriter, executor) -> list:
     executor.shutdown(wait=False, cancel_futures=True)
     local.join(_STOP_GRACE_S)
     stop_processes(processes, _STOP_GRACE_S)
+    # the pool's manager thread closes its wake-up pipe as it ends; Python 3.11's exit hook
+    # writes to that pipe unguarded, so an exit while the thread is closing it prints
+    # "OSError: Bad file descriptor" from threading._shutdown (a race 3.12 locks away). Its
+    # workers are reaped now: the thread ends at once, and is awaited here
+    manager = getattr(executor, "_executor_manager_thread", None)
+    if manager is not None:
+        manager.join(_MANAGER_JOIN_S)
     return processes
 
 
