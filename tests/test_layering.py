@@ -216,7 +216,9 @@ DOOR = PACKAGE / "_internals"
 # TensorFlow's): file -> {attribute: why}.
 OTHER_LIBRARIES = {
     "tfopt/_spawn.py": {"_Popen": "multiprocessing's spawn context: the main module hidden"},
-    "tfopt/records/convert/pool.py": {"_processes": "concurrent.futures: the pool's pids"},
+    "tfopt/records/convert/pool.py": {
+        "_processes": "concurrent.futures: the pool's pids",
+        "_executor_manager_thread": "concurrent.futures: awaited before exit (a 3.11 race)"},
     "tfopt/records/demo_data.py": {"_processes": "concurrent.futures: the pool's pids"},
     "tfopt/gpu/testing.py": {"_classes": "pynvml's error classes, in the fake NVML"},
 }
