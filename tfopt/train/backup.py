@@ -59,7 +59,13 @@ from tfopt.train.backup_records import (
     weights_file_name,
     weights_problem,
 )
-from tfopt.train.backup_store import BackupCopier, BackupStore, StoreError, Version
+from tfopt.train.backup_store import (
+    BackupCopier,
+    BackupStore,
+    StoreError,
+    Version,
+    origin_of,
+)
 from tfopt.train.best_model import BestModelCheckpoint
 from tfopt.train.preemption import SignalWatch, TrainingPreempted, WorkerAgreement
 
@@ -145,7 +151,8 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
         self.store = _open_copy_store(copy_to)
         if copy_keep is not None and self.store is None:
             raise InvalidArgumentError(f"copy_keep={copy_keep}: expected None without copy_to")
-        self.copier = (BackupCopier(self.store, copy_keep, str(self.folder.absolute()))
+        self._origin = origin_of(self.folder)  # what the copy's versions record of this folder
+        self.copier = (BackupCopier(self.store, copy_keep, self._origin)
                        if self.store is not None else None)
         self.long_term = (None if self.keep_every is None else BackupStore(
             Path(long_term_dir) if long_term_dir is not None
@@ -311,7 +318,7 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
         if self.store is None:
             return []
         try:
-            versions, passed_over = self.store.resumable(run, str(self.folder.absolute()))
+            versions, passed_over = self.store.resumable(run, self._origin)
         except StoreError as error:
             logger.warning("%s; restoring from the local folder alone", error)
             return []

@@ -25,7 +25,13 @@ from tfopt.train.backup_records import (
     temporary_files,
     weights_problem,
 )
-from tfopt.train.backup_store import BackupStore, SharedStoreError, StoreError, VersionState
+from tfopt.train.backup_store import (
+    BackupStore,
+    SharedStoreError,
+    StoreError,
+    VersionState,
+    origin_of,
+)
 
 __all__ = ["BackupEntry", "BackupListing", "Place", "list_backups", "resolve_backup_folder"]
 
@@ -133,7 +139,7 @@ def _store(store: BackupStore, place: Place, mine: set[str] | None = None
 
 def _resumable(store: BackupStore, folder: Path, run: str | None) -> set[str]:
     """The copy's versions a restore of ``folder`` may take, as the callback chooses them."""
-    taken, _ = store.resumable(run, str(folder.absolute()))
+    taken, _ = store.resumable(run, origin_of(folder))
     return {version.name for version in taken}
 
 

@@ -47,7 +47,7 @@ from tfopt.train.backup_records import (
 logger = logging.getLogger("tfopt")
 
 __all__ = ["BackupCopier", "BackupStore", "SharedStoreError", "StoreError", "Version",
-           "VersionState"]
+           "VersionState", "origin_of"]
 
 _VERSION = re.compile(r"(weights-(?:[0-9a-f]{12}-)?(\d{6,})-([0-9a-f]{12}))\.weights\.h5")
 _RECORD = re.compile(r"(weights-(?:[0-9a-f]{12}-)?\d{6,}-[0-9a-f]{12})\.json")
@@ -214,6 +214,12 @@ class _FsspecFiles:
     def remove(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             _within(REMOTE_DEADLINE_S, f"remove {name}", self.fs.rm_file, self._path(name))
+
+
+def origin_of(folder: Path) -> str:
+    """How a version records the backup folder it was copied from, and how a restore of
+    ``folder`` asks for its own: the one key both the callback and ``tfopt backups`` use."""
+    return str(Path(folder).absolute())
 
 
 class BackupStore:
