@@ -123,7 +123,7 @@ def test_more_workers_than_the_open_file_limit_allows_are_refused_naming_it(tmp_
 
 
 # A worker that writes its pid to PIDS/w<INDEX>, starts a grandchild that ignores SIGTERM and
-# SIGINT and writes its own pid to PIDS/g<INDEX>, waits until it has, says "ready", then ends
+# SIGINT and writes its own pid to PIDS/g<INDEX>, waits until both workers' have, says "ready", then ends
 # as argv[2] says: exit 0, exit 3 (worker 1 only; worker 0 sleeps), or sleep until the
 # launcher's signal.
 WORKER = textwrap.dedent("""
@@ -142,8 +142,11 @@ WORKER = textwrap.dedent("""
         "path = sys.argv[1]; open(path + '.tmp', 'w').write(str(os.getpid())); "
         "os.replace(path + '.tmp', path); time.sleep(120)")
     subprocess.Popen([sys.executable, "-c", grandchild, os.path.join(pids, f"g{index}")])
+    # both workers' grandchildren, not only this one's: worker 1 failing stops worker 0, which
+    # must have started its grandchild by then for the test to look for it
     deadline = time.monotonic() + 60
-    while not os.path.exists(os.path.join(pids, f"g{index}")) and time.monotonic() < deadline:
+    while (not all(os.path.exists(os.path.join(pids, f"g{other}")) for other in (0, 1))
+           and time.monotonic() < deadline):
         time.sleep(0.02)
     print("ready", flush=True)
     if end == "exit":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 
 import click
@@ -45,8 +46,20 @@ def profile(script, args, steps, seconds, fit_number, trial, as_json):
             click.echo(report.to_json())
         click.echo(f"tfopt profile: {script} failed before its fit call:\n{report.message}",
                    err=True)
-        sys.exit(1)
+        _exit_now(1)
     click.echo(report.to_json() if as_json else report.describe())
+    _exit_now(0)
+
+
+def _exit_now(status: int) -> None:
+    """End the process without Python's finalization. The profiled script's objects (and the
+    trials') still hold tf.data iterators; one whose map runs Python can be mid-call at exit,
+    and once finalization has begun that call never gets the GIL back, so the iterator's
+    destructor waits for it forever (seen with a py_function decoder under --try). The report
+    is written by then: flush it and go."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 COMMANDS = [profile]
