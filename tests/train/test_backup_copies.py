@@ -230,3 +230,21 @@ def test_a_copy_the_store_refuses_is_a_warning_and_training_goes_on(
     failures = callbacks[0].copier.failures
     assert failures and all(message.startswith(f"{missing}: the copy of ") for message in failures)
     assert "the local backup is kept" in caplog.text
+
+
+@pytest.mark.parametrize("setting, seconds", [("", 30.0), ("2.5", 2.5), ("abc", None),
+                                               ("0", None), ("-1", None), ("inf", None),
+                                               ("nan", None)])
+def test_the_remote_deadline_comes_from_the_environment_or_is_refused_naming_it(
+        monkeypatch, setting, seconds):
+    pytest.importorskip("fsspec")
+    from tfopt.errors import InvalidArgumentError
+    from tfopt.train.backup_store import REMOTE_DEADLINE_VARIABLE, remote_deadline
+
+    monkeypatch.setenv(REMOTE_DEADLINE_VARIABLE, setting)
+    if seconds is not None:
+        assert remote_deadline() == seconds
+        BackupStore("memory://deadline-check")  # a store opens with it
+        return
+    with pytest.raises(InvalidArgumentError, match=rf"{REMOTE_DEADLINE_VARIABLE}=.*positive"):
+        BackupStore("memory://deadline-check")  # named when the store is made

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -135,6 +136,30 @@ class _LocalFiles:
 
 
 REMOTE_DEADLINE_S = 30.0  # a remote call that has not answered by then has failed
+# a slow link may need longer, a test of the deadline far less: seconds, positive and finite
+REMOTE_DEADLINE_VARIABLE = "TFOPT_REMOTE_DEADLINE_S"
+
+
+def remote_deadline() -> float:
+    """Seconds a remote call may take: :data:`REMOTE_DEADLINE_S`, or the environment's
+    ``TFOPT_REMOTE_DEADLINE_S``.
+
+    Raises:
+        InvalidArgumentError: The variable is set to something that is not a positive, finite
+            number of seconds.
+    """
+    text = os.environ.get(REMOTE_DEADLINE_VARIABLE, "").strip()
+    if not text:
+        return REMOTE_DEADLINE_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (0 < seconds < math.inf):
+        raise InvalidArgumentError(
+            f"{REMOTE_DEADLINE_VARIABLE}={text!r}: expected a positive, finite number of "
+            "seconds for a remote call to answer")
+    return seconds
 UPLOAD_FLOOR_BYTES_S = 1 << 20  # an upload's deadline grows by a second a MiB past that
 
 
@@ -167,7 +192,7 @@ def _within(seconds: float, what: str, call, *args):
 
 class _FsspecFiles:
     """A folder behind fsspec. An object store's upload appears whole or not at all. Every
-    call is given up after :data:`REMOTE_DEADLINE_S` (an upload's deadline grows with its
+    call is given up after :func:`remote_deadline` (an upload's deadline grows with its
     size), so that an endpoint that never answers costs a warning, not the training."""
 
     def __init__(self, url: str, argument: str):
@@ -184,6 +209,7 @@ class _FsspecFiles:
                 f"{argument}={url!r}: fsspec cannot open it ({error}). Hint: install the file "
                 "system's package (s3fs for s3://, gcsfs for gs://)") from None
         self.root = self.root.rstrip("/")
+        remote_deadline()  # a bad setting named here, not later on the copying thread
 
     def _path(self, name: str) -> str:
         return f"{self.root}/{name}"
@@ -191,7 +217,7 @@ class _FsspecFiles:
     def names(self) -> dict[str, int]:
         self.fs.invalidate_cache()  # s3fs caches listings: another process may have written
         try:
-            entries = _within(REMOTE_DEADLINE_S, "list the folder",
+            entries = _within(remote_deadline(), "list the folder",
                               lambda: self.fs.ls(self.root, detail=True))
         except FileNotFoundError:
             return {}
@@ -199,21 +225,21 @@ class _FsspecFiles:
                 for entry in entries if entry.get("type") == "file"}
 
     def read(self, name: str) -> bytes:
-        return _within(REMOTE_DEADLINE_S, f"read {name}", self.fs.cat_file, self._path(name))
+        return _within(remote_deadline(), f"read {name}", self.fs.cat_file, self._path(name))
 
     def open(self, name: str):
-        return _within(REMOTE_DEADLINE_S, f"open {name}", self.fs.open, self._path(name), "rb")
+        return _within(remote_deadline(), f"open {name}", self.fs.open, self._path(name), "rb")
 
     def put(self, name: str, source: Path) -> None:
-        deadline = REMOTE_DEADLINE_S + source.stat().st_size / UPLOAD_FLOOR_BYTES_S
+        deadline = remote_deadline() + source.stat().st_size / UPLOAD_FLOOR_BYTES_S
         _within(deadline, f"upload {name}", self.fs.put_file, str(source), self._path(name))
 
     def write(self, name: str, data: bytes) -> None:
-        _within(REMOTE_DEADLINE_S, f"write {name}", self.fs.pipe_file, self._path(name), data)
+        _within(remote_deadline(), f"write {name}", self.fs.pipe_file, self._path(name), data)
 
     def remove(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
-            _within(REMOTE_DEADLINE_S, f"remove {name}", self.fs.rm_file, self._path(name))
+            _within(remote_deadline(), f"remove {name}", self.fs.rm_file, self._path(name))
 
 
 def origin_of(folder: Path) -> str:
