@@ -17,6 +17,20 @@ git -C "$REPO" ls-files -z | (cd "$REPO" && xargs -0 tar -cf - --) | tar -xf - -
 python -m pip wheel --quiet --no-deps --no-build-isolation -w "$WORK/dist" "$WORK/src"
 WHEEL="$(ls "$WORK"/dist/tfopt-*.whl)"
 
+echo "== the wheel holds every tracked module of tfopt/, and nothing else" >&2
+# a package folder the wheel leaves out still imports from an editable checkout
+python - "$WHEEL" "$WORK/src" <<'PY'
+import sys, zipfile
+from pathlib import Path
+wheel, source = sys.argv[1], Path(sys.argv[2])
+packed = {name for name in zipfile.ZipFile(wheel).namelist() if name.endswith(".py")}
+tracked = {p.relative_to(source).as_posix() for p in (source / "tfopt").rglob("*.py")}
+assert len(tracked) > 50, f"only {len(tracked)} modules found under {source}/tfopt"
+missing, extra = sorted(tracked - packed), sorted(packed - tracked)
+assert not missing and not extra, f"left out of the wheel: {missing}; not tracked: {extra}"
+print(f"{len(packed)} modules, as tracked", file=sys.stderr)
+PY
+
 echo "== installing $(basename "$WHEEL") into a fresh environment" >&2
 python3 -m venv "$WORK/env"
 "$WORK/env/bin/python" -m pip install --quiet --upgrade pip

@@ -529,31 +529,46 @@ PREEMPTED_WORKERS_SCRIPT = textwrap.dedent("""
 """)
 
 
+def launch_preempted_workers(folder, shards, workdir, marker, to="launcher"):
+    """PREEMPTED_WORKERS_SCRIPT under ``tfopt launch -n 2``: the process, and each worker's
+    lines of stdout by its index."""
+    script = folder / "train.py"
+    script.write_text(PREEMPTED_WORKERS_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, "-m", "tfopt", "launch", "-n", "2", "--grace", "30",
+         sys.executable, str(script), str(shards), str(workdir), str(marker)],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TO": to})
+    seen = {index: [line.split("] ", 1)[1] for line in done.stdout.splitlines()
+                    if line.startswith(f"[worker {index}] ")] for index in (0, 1)}
+    return done, seen
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_workers_weights(shards, tmp_path_factory):
+    """The weights' checksum line of PREEMPTED_WORKERS_SCRIPT never signalled (its marker
+    exists from the start): one run serves every parametrization below."""
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    never = folder / "uninterrupted"
+    never.touch()
+    done, seen = launch_preempted_workers(folder, shards, folder / "reference", never)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [line for line in seen[0] if line.startswith("WEIGHTS")]
+
+
 # alone: two workers' heartbeats must be answered in time (see tests/test_examples.py)
 @pytest.mark.slow
 @pytest.mark.alone
 @pytest.mark.parametrize("to", ["launcher", "worker"])
 def test_under_tfopt_launch_sigterm_stops_every_worker_at_one_step_and_the_rerun_resumes_there(
-        shards, tmp_path, to):
-    script, marker, workdir = tmp_path / "train.py", tmp_path / "signalled", tmp_path / "run"
-    script.write_text(PREEMPTED_WORKERS_SCRIPT)
+        shards, tmp_path, to, uninterrupted_workers_weights):
+    marker, workdir = tmp_path / "signalled", tmp_path / "run"
 
-    def launch(workdir=workdir, marker=marker):
-        done = subprocess.run(
-            [sys.executable, "-m", "tfopt", "launch", "-n", "2", "--grace", "30",
-             sys.executable, str(script), str(shards), str(workdir), str(marker)],
-            capture_output=True, text=True, timeout=600,
-            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TO": to})
-        seen = {index: [line.split("] ", 1)[1] for line in done.stdout.splitlines()
-                        if line.startswith(f"[worker {index}] ")] for index in (0, 1)}
-        return done, seen
+    def launch():
+        return launch_preempted_workers(tmp_path, shards, workdir, marker, to)
 
-    never = tmp_path / "uninterrupted"
-    never.touch()
-    done, seen = launch(tmp_path / "reference", never)
-    assert done.returncode == 0, done.stderr[-3000:]
-    reference = [line for line in seen[0] if line.startswith("WEIGHTS")]
-
+    reference = uninterrupted_workers_weights
+    assert reference
     done, seen = launch()
     assert marker.exists() and done.returncode == 75, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
