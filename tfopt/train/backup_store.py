@@ -35,6 +35,7 @@ from enum import Enum
 from pathlib import Path
 
 from tfopt._files import atomic_path, sha256_stream
+from tfopt._validate import require
 from tfopt.errors import InvalidArgumentError, TfoptError
 from tfopt.train.backup_io import write_bytes_atomically
 from tfopt.train.backup_records import (
@@ -138,6 +139,7 @@ class _LocalFiles:
 REMOTE_DEADLINE_S = 30.0  # a remote call that has not answered by then has failed
 # a slow link may need longer, a test of the deadline far less: seconds, positive and finite
 REMOTE_DEADLINE_VARIABLE = "TFOPT_REMOTE_DEADLINE_S"
+UPLOAD_FLOOR_BYTES_S = 1 << 20  # an upload's deadline grows by a second a MiB past that
 
 
 def remote_deadline() -> float:
@@ -155,12 +157,9 @@ def remote_deadline() -> float:
         seconds = float(text)
     except ValueError:
         seconds = math.nan
-    if not (0 < seconds < math.inf):
-        raise InvalidArgumentError(
-            f"{REMOTE_DEADLINE_VARIABLE}={text!r}: expected a positive, finite number of "
-            "seconds for a remote call to answer")
+    require(0 < seconds < math.inf, REMOTE_DEADLINE_VARIABLE, text,
+            "a positive, finite number of seconds for a remote call to answer")
     return seconds
-UPLOAD_FLOOR_BYTES_S = 1 << 20  # an upload's deadline grows by a second a MiB past that
 
 
 def _within(seconds: float, what: str, call, *args):
@@ -192,8 +191,8 @@ def _within(seconds: float, what: str, call, *args):
 
 class _FsspecFiles:
     """A folder behind fsspec. An object store's upload appears whole or not at all. Every
-    call is given up after :func:`remote_deadline` (an upload's deadline grows with its
-    size), so that an endpoint that never answers costs a warning, not the training."""
+    call is given up after :func:`remote_deadline`, read once when the folder is opened (an
+    upload's deadline grows with its size), so that an endpoint that never answers costs a warning, not the training."""
 
     def __init__(self, url: str, argument: str):
         try:
@@ -209,7 +208,8 @@ class _FsspecFiles:
                 f"{argument}={url!r}: fsspec cannot open it ({error}). Hint: install the file "
                 "system's package (s3fs for s3://, gcsfs for gs://)") from None
         self.root = self.root.rstrip("/")
-        remote_deadline()  # a bad setting named here, not later on the copying thread
+        # read once: a bad setting named here, not later on the copying thread
+        self.deadline = remote_deadline()
 
     def _path(self, name: str) -> str:
         return f"{self.root}/{name}"
@@ -217,7 +217,7 @@ class _FsspecFiles:
     def names(self) -> dict[str, int]:
         self.fs.invalidate_cache()  # s3fs caches listings: another process may have written
         try:
-            entries = _within(remote_deadline(), "list the folder",
+            entries = _within(self.deadline, "list the folder",
                               lambda: self.fs.ls(self.root, detail=True))
         except FileNotFoundError:
             return {}
@@ -225,21 +225,21 @@ class _FsspecFiles:
                 for entry in entries if entry.get("type") == "file"}
 
     def read(self, name: str) -> bytes:
-        return _within(remote_deadline(), f"read {name}", self.fs.cat_file, self._path(name))
+        return _within(self.deadline, f"read {name}", self.fs.cat_file, self._path(name))
 
     def open(self, name: str):
-        return _within(remote_deadline(), f"open {name}", self.fs.open, self._path(name), "rb")
+        return _within(self.deadline, f"open {name}", self.fs.open, self._path(name), "rb")
 
     def put(self, name: str, source: Path) -> None:
-        deadline = remote_deadline() + source.stat().st_size / UPLOAD_FLOOR_BYTES_S
+        deadline = self.deadline + source.stat().st_size / UPLOAD_FLOOR_BYTES_S
         _within(deadline, f"upload {name}", self.fs.put_file, str(source), self._path(name))
 
     def write(self, name: str, data: bytes) -> None:
-        _within(remote_deadline(), f"write {name}", self.fs.pipe_file, self._path(name), data)
+        _within(self.deadline, f"write {name}", self.fs.pipe_file, self._path(name), data)
 
     def remove(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
-            _within(remote_deadline(), f"remove {name}", self.fs.rm_file, self._path(name))
+            _within(self.deadline, f"remove {name}", self.fs.rm_file, self._path(name))
 
 
 def origin_of(folder: Path) -> str:
