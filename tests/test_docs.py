@@ -119,9 +119,21 @@ BLOCKS = [block for page in PAGES for block in page_blocks(page)]
 
 
 def _blocks(kind: str) -> list:
+    """One test per distinct block of ``kind``: a block repeated word for word on another page
+    (README.md's quick example is docs/run.md's) runs once, under its first place."""
+    first = {}
+    for block in BLOCKS:
+        if block.kind == kind:
+            first.setdefault(block.text, block)
     return [pytest.param(block, id=block.where,
                          marks=[pytest.mark.slow] if SLOW_CALLS.search(block.text) else [])
-            for block in BLOCKS if block.kind == kind]
+            for block in first.values()]
+
+
+def _places(block: Block) -> str:
+    """Where ``block`` is, with the other places it is repeated word for word."""
+    return ", ".join(other.where for other in BLOCKS if other.text == block.text
+                     and other.kind == block.kind)
 
 
 def test_every_block_is_run_checked_or_marked_a_fragment():
@@ -305,10 +317,10 @@ def test_python_block_runs(block: Block, world, tmp_path):
                           text=True, env=env, timeout=300)
     output = done.stdout[-2000:] + done.stderr[-6000:]
     assert done.returncode == 0, (
-        f"{block.where}: the block exits {done.returncode} (block.py's line numbers are the "
-        f"page's):\n{output}")
+        f"{_places(block)}: the block exits {done.returncode} (block.py's line numbers are "
+        f"{block.where}'s):\n{output}")
     leaks = [leak for leak in LEAKS if leak in done.stderr]
-    assert not leaks, f"{block.where}: TensorFlow warns {leaks}:\n{done.stderr[-6000:]}"
+    assert not leaks, f"{_places(block)}: TensorFlow warns {leaks}:\n{done.stderr[-6000:]}"
 
 
 # ---- bash and console: check, and run the cheap tfopt commands ----------------------------

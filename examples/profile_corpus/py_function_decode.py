@@ -1,7 +1,8 @@
 """A training script with a planted flaw, for `tfopt profile`: each image is made by NumPy code
-inside `tf.py_function` (as a user's own decoder often is), one element at a time, with no
-parallelism and no prefetch. The model is a small CNN of strided convolutions, so light that
-on any CPU the step waits for its input.
+inside `tf.py_function` (as a user's own decoder often is: a picture twice the model's size,
+shrunk in NumPy), one element at a time, with no parallelism and no prefetch. The model is a
+small CNN of strided convolutions, so light that on any CPU the step waits for its input
+most of its time.
 
     python py_function_decode.py [EXAMPLES]
 """
@@ -16,12 +17,14 @@ EXAMPLES = int(sys.argv[1]) if len(sys.argv) > 1 else 4096
 
 
 def decode(index):
-    # a Python decoder: noise with a bright square whose corner is the label
+    # a Python decoder: a 128x128 picture of noise with a bright square whose corner is the
+    # label, shrunk to 64x64 by averaging each 2x2 block
     rng = np.random.default_rng(int(index))
-    image = rng.random((64, 64, 3), dtype=np.float32) * 0.5
+    picture = rng.random((128, 128, 3), dtype=np.float32) * 0.5
     label = int(index) % 4
     row, col = divmod(label, 2)
-    image[row * 32:row * 32 + 16, col * 32:col * 32 + 16] += 0.5
+    picture[row * 64:row * 64 + 32, col * 64:col * 64 + 32] += 0.5
+    image = picture.reshape(64, 2, 64, 2, 3).mean(axis=(1, 3))
     return image, np.int64(label)
 
 
