@@ -132,6 +132,7 @@ def test_the_trial_times_the_users_model_on_its_own_batches_and_is_kept(tf, tmp_
     assert set(run.xla_trial) == {False, True} and isinstance(run.plan.jit_compile, bool)
     assert model.jit_compile == run.plan.jit_compile
     assert "examples/s with XLA" in run.describe()
+    assert ", the input alone " in run.plan.xla_reason  # the arrays' own rate, timed
     again = tfopt.Run((x, y), batch_size=8, workdir=tmp_path / "run", seed=0)
     again_model, _ = compile_and_fit(again, epochs=1)
     assert again.plan.spe_source.value == "cached"

@@ -67,3 +67,65 @@ def test_a_trial_compares_the_losses_times_both_and_keeps_xla_only_when_faster(t
     faster = trial.rates[True] >= XLA_GAIN * trial.rates[False]
     assert trial.chosen == (faster and "paid back" not in trial.reason)
     assert trial.reason.startswith("on" if trial.chosen else "off")
+
+
+def test_the_rule_caps_each_steps_rate_at_the_inputs_and_weighs_the_compile():
+    from tfopt.tune.xla import choose_xla
+
+    warm = {False: 1.0, True: 3.0}  # XLA's first call 2 s longer
+    # a step 1.5x faster, the input keeping up with both, a long epoch: on
+    assert choose_xla({False: 1000, True: 1500}, warm, 5000, 100_000) == (True, (
+        "on: at least 1.03x the plain step's rate on this model and data and the input "
+        "keeping up, the losses on one batch agreeing"))
+    # the same steps, no input timed: on, said without the input
+    chosen, reason = choose_xla({False: 1000, True: 1500}, warm, None, None)
+    assert chosen and "input" not in reason
+    # the input gives less than 1.03x the plain step: the fit waits for it either way
+    chosen, reason = choose_xla({False: 1000, True: 1500}, warm, 1020, 100_000)
+    assert not chosen and reason.startswith("off: the input gives 1,020 examples/s alone")
+    # XLA's step too slow, whatever the input
+    chosen, reason = choose_xla({False: 1000, True: 1020}, warm, 5000, 100_000)
+    assert not chosen and reason.startswith("off: not 1.03x")
+    # capped at the input (1100/s), the epoch saves 10,000 * (1/1000 - 1/1100) = 0.9 s, less
+    # than the 2 s XLA's compile costs; uncapped it would save 3.3 s
+    assert choose_xla({False: 1000, True: 1500}, warm, 1100, 10_000)[0] is False
+    assert choose_xla({False: 1000, True: 1500}, warm, None, 10_000)[0] is True
+
+
+def test_an_input_slower_than_the_plain_step_keeps_xla_off(tf):
+    import time
+
+    from tfopt.tune.xla import input_rate, trial_xla
+
+    rng = np.random.default_rng(0)
+    x = rng.random((512, 16), dtype=np.float32)
+    y = (x.sum(axis=1) > 8).astype(np.int64)
+
+    def slow(features, labels):  # 20 ms a batch of 64: at most 3,200 examples/s
+        def wait(values):
+            time.sleep(0.02)
+            return values
+
+        return tf.py_function(wait, [features], tf.float32), labels
+
+    batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(64).map(slow).map(
+        lambda features, labels: (tf.ensure_shape(features, [None, 16]), labels)).repeat()
+    feed = input_rate(batches, seconds=0.5)
+    assert 1000 < feed < 3200 * 1.05, feed
+    assert input_rate(batches.take(3)) is None  # one batch after the untimed two: no rate
+
+    def make():
+        inputs = keras.Input((16,))
+        return keras.Model(inputs, keras.layers.Dense(2)(inputs))
+
+    def compile_fn(model, steps_per_execution, jit_compile):
+        model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      steps_per_execution=steps_per_execution, jit_compile=jit_compile)
+
+    held = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)
+    trial = trial_xla(make, compile_fn, held, 4, policy="float32", feed=feed)
+    # a one-layer step on batches in memory runs far above the input's rate
+    assert trial.rates[False] > 2 * feed, trial.rates
+    assert not trial.chosen and trial.input_rate == feed
+    assert trial.reason.startswith(f"off: the input gives {feed:,.0f} examples/s alone"), \
+        trial.reason

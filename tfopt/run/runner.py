@@ -84,7 +84,7 @@ from tfopt.tune.steps_per_execution import (
     tune_steps_per_execution,
     tune_steps_per_execution_on,
 )
-from tfopt.tune.xla import trial_xla, variable_axes, xla_blockers
+from tfopt.tune.xla import input_rate, trial_xla, variable_axes, xla_blockers
 
 logger = logging.getLogger("tfopt")
 
@@ -921,6 +921,10 @@ class Run:
         axes = variable_axes(batches.element_spec)
         if axes and len(_batch_shapes(batches)) > 1:
             return self._decide_xla_by_plan(variable_axes=tuple(axes))
+        # the input's own rate, read whether or not a cached choice follows: each read opens
+        # an iterator, which draws the dataset's shuffle seeds, and a rerun must draw as many
+        # as the first run did to resume on the same stream
+        feed = input_rate(self._trial_stream(model))
         key = {**self._spe_key(model), "steps_per_execution": spe}
         cached = read_xla_choice(self.config.workdir, key)
         if cached is not None:
@@ -933,11 +937,12 @@ class Run:
                           functools.partial(_compile_copy, optimizer=optimizer, loss=loss,
                                             metrics=metrics, compile_options=compile_options),
                           batches, spe, policy=self.plan.policy,
-                          epoch_examples=epoch_examples)
+                          epoch_examples=epoch_examples, feed=feed)
         reason = trial.reason
         if trial.rates:
+            fed = f", the input alone {feed:.1f}" if feed is not None else ""
             reason += (f" (examples/s with XLA {trial.rates[True]:.1f}, without "
-                       f"{trial.rates[False]:.1f}: run.xla_trial)")
+                       f"{trial.rates[False]:.1f}{fed}: run.xla_trial)")
         self._xla_trial = dict(trial.rates)
         if self.config.workdir is not None and self._facts.chief:
             self._hold_workdir()
@@ -993,6 +998,12 @@ class Run:
             f"{whose}'s choice on this model and data: {self.plan.policy} was not "
             f"{HALF_PRECISION_GAIN:g}x float32's rate, the least a half-precision policy must "
             "gain to be kept (run.precision_trial has the rates)"))
+
+    def _trial_stream(self, model) -> tf.data.Dataset:
+        """The training batches as the fit reads them, not held: the input's own rate."""
+        if isinstance(self._data, MemoryData):
+            return self._data.trial_stream(model, self.plan.global_batch)
+        return self._data.trial_stream(self.plan.global_batch)
 
     def _trial_batches(self, model) -> tf.data.Dataset:
         """A few real batches of the training data for the trials (read once for this model,

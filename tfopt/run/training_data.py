@@ -73,10 +73,14 @@ class MemoryData:
         if self.validation_input is not None:
             self.validation_input.features(model_input_names(model))
 
-    def trial_batches(self, model, global_batch: int, count: int) -> tf.data.Dataset:
+    def trial_stream(self, model, global_batch: int) -> tf.data.Dataset:
+        """Training batches as the fit reads them (a fixed seed), for the trials."""
         x = self.input.features(model_input_names(model))
         return array_batches(self.input, x, global_batch, training=True, seed=0,
-                             drop_remainder=True).take(count).cache()
+                             drop_remainder=True)
+
+    def trial_batches(self, model, global_batch: int, count: int) -> tf.data.Dataset:
+        return self.trial_stream(model, global_batch).take(count).cache()
 
     def describe(self, global_batch: int, drop_remainder: bool) -> list[str]:
         facts = self.input.facts
@@ -171,10 +175,13 @@ class DatasetData:
         return dataset_for_fit(self.validation_input,
                                batch_size=self._batch_for(self.validation_input, global_batch))
 
-    def trial_batches(self, global_batch: int, count: int) -> tf.data.Dataset:
+    def trial_stream(self, global_batch: int | None) -> tf.data.Dataset:
+        """The dataset batched as the fit reads it, for the trials."""
+        return dataset_for_fit(self.input, batch_size=self._batch_for(self.input, global_batch))
+
+    def trial_batches(self, global_batch: int | None, count: int) -> tf.data.Dataset:
         # read once into memory: the trial times the model, not the user's pipeline
-        return dataset_for_fit(self.input, batch_size=self._batch_for(self.input, global_batch)
-                               ).take(count).cache()
+        return self.trial_stream(global_batch).take(count).cache()
 
     def describe(self, global_batch: int | None) -> list[str]:
         facts = self.input.facts

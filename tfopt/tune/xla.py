@@ -5,13 +5,16 @@ or when one layer says it cannot compile; where it compiles, it may be slower or
 every new input shape. So the choice is measured: the same model compiled with and without
 XLA, the two losses on one batch compared (XLA reorders and fuses arithmetic: a loss far from
 the plain step's is a wrong compile, not rounding), then both timed in alternating rounds on
-the user's batches. XLA is kept only where it is faster beyond the trial's noise and an epoch's
-saving pays for its longer compile.
+the user's batches. XLA is kept only where it is faster beyond the trial's noise, the input
+gives batches fast enough for the faster step to show in the fit (the trial times the step on
+batches held in memory; a fit that waits for its input runs at the input's rate with or
+without XLA), and an epoch's saving pays for its longer compile.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 
 import keras
@@ -20,13 +23,17 @@ import tensorflow as tf
 from tfopt._internals.keras_model import all_layers
 from tfopt.tune.steps_per_execution import held_batches, time_setups
 
-__all__ = ["XLA_GAIN", "XlaTrial", "trial_xla", "variable_axes", "xla_blockers"]
+__all__ = ["INPUT_SECONDS", "XLA_GAIN", "XlaTrial", "choose_xla", "input_rate", "trial_xla",
+           "variable_axes", "xla_blockers"]
 
 # XLA must beat the plain step by more than the trial's round-to-round noise to be kept
 XLA_GAIN = 1.03
 # the compiled step's loss may differ from the plain one's by reordered rounding: relative
 # gaps within these are rounding, beyond them a different computation
 LOSS_TOLERANCE = {"float32": 1e-3, "half": 3e-2}
+# how long the input's own rate is timed, after its first batches (start-up, buffers filling)
+INPUT_SECONDS = 1.0
+_INPUT_WARMUP_BATCHES = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +48,7 @@ class XlaTrial:
             keys.
         loss_gap: The relative gap between the two losses on one batch.
         reason: Why, in words.
+        input_rate: Examples/s the training input gave alone (no model), where timed.
     """
 
     chosen: bool
@@ -48,6 +56,7 @@ class XlaTrial:
     compile_seconds: dict[bool, float]
     loss_gap: float
     reason: str
+    input_rate: float | None = None
 
 
 def xla_blockers(model) -> list[str]:
@@ -86,6 +95,56 @@ def variable_axes(element_spec) -> list[str]:
     return found
 
 
+def input_rate(batches: tf.data.Dataset, seconds: float = INPUT_SECONDS) -> float | None:
+    """Examples/s ``batches`` (the training stream as the fit reads it) give with no model:
+    its first batches untimed (start-up, buffers filling), then batches for about ``seconds``.
+    None where fewer than two batches followed the untimed ones (a pass that short says
+    nothing of a rate). One iterator: a shuffle draws its seeds once, as for any read."""
+    iterator = iter(batches)
+    try:
+        for _ in range(_INPUT_WARMUP_BATCHES):
+            next(iterator)
+    except StopIteration:
+        return None
+    examples = batches_read = 0
+    started = time.perf_counter()
+    elapsed = 0.0
+    for batch in iterator:
+        examples += int(tf.shape(tf.nest.flatten(batch)[0])[0])
+        batches_read += 1
+        elapsed = time.perf_counter() - started
+        if elapsed >= seconds:
+            break
+    return examples / elapsed if batches_read >= 2 and elapsed > 0 else None
+
+
+def choose_xla(rates: dict[bool, float], compile_seconds: dict[bool, float],
+               feed: float | None, epoch_examples: int | None) -> tuple[bool, str]:
+    """Keep XLA or not, and why, from the trial's step rates (examples/s without (False) and
+    with (True) XLA, batches held in memory), each first call's seconds, the input's own rate
+    ``feed`` (None: not timed) and an epoch's examples (None: the payback not checked).
+
+    A fit runs no faster than its input gives batches, so the rates that count are each step's
+    capped at ``feed``: XLA must beat the plain step by ``XLA_GAIN`` after the cap, and the
+    epoch's saving at the capped rates must pay for its longer first call.
+    """
+    plain, compiled = rates[False], rates[True]
+    if feed is not None and feed < XLA_GAIN * plain:
+        return False, (
+            f"off: the input gives {feed:,.0f} examples/s alone, under {XLA_GAIN:g}x the "
+            f"plain step's {plain:,.0f}: the fit waits for its batches with or without XLA")
+    if compiled < XLA_GAIN * plain:
+        return False, f"off: not {XLA_GAIN:g}x the plain step's rate on this model and data"
+    if feed is not None:
+        plain, compiled = min(plain, feed), min(compiled, feed)
+    extra = compile_seconds[True] - compile_seconds[False]
+    if epoch_examples is not None and epoch_examples * (1 / plain - 1 / compiled) < extra:
+        return False, "off: faster, but its longer compile is not paid back within an epoch"
+    fed = " and the input keeping up" if feed is not None else ""
+    return True, (f"on: at least {XLA_GAIN:g}x the plain step's rate on this model and "
+                  f"data{fed}, the losses on one batch agreeing")
+
+
 def _loss(model, batch) -> float:
     return float(model.evaluate(batch, verbose=0, return_dict=True)["loss"])
 
@@ -93,7 +152,7 @@ def _loss(model, batch) -> float:
 def trial_xla(model_fn: Callable[[], keras.Model],
               compile_fn: Callable[[keras.Model, int, bool], None],
               batches: tf.data.Dataset, steps_per_execution: int, *, policy: str,
-              epoch_examples: int | None = None) -> XlaTrial:
+              epoch_examples: int | None = None, feed: float | None = None) -> XlaTrial:
     """Time the model with and without XLA on real batches, after checking the losses agree.
 
     Args:
@@ -106,6 +165,8 @@ def trial_xla(model_fn: Callable[[], keras.Model],
         policy: The run's precision policy (a half-precision one allows a wider loss gap).
         epoch_examples: Examples in one epoch; XLA's longer compile must be paid back within
             one epoch at the measured rates. None: not checked.
+        feed: Examples/s the training input gives alone (:func:`input_rate`); the fit runs
+            no faster. None: not timed (each step's rate counts as it is).
 
     Returns:
         An :class:`XlaTrial`.
@@ -122,22 +183,11 @@ def trial_xla(model_fn: Callable[[], keras.Model],
     if not gap <= tolerance:  # NaN too
         return XlaTrial(False, {}, {}, gap, (
             f"off: the compiled step's loss on one batch ({xla_loss:.6g}) is not the plain "
-            f"step's ({plain_loss:.6g}) within {tolerance:g}"))
+            f"step's ({plain_loss:.6g}) within {tolerance:g}"), feed)
     warm: dict = {}
     rates = time_setups({False: (lambda: plain, steps_per_execution),
                          True: (lambda: compiled, steps_per_execution)},
                         lambda model, spe: None, held, max(16, steps_per_execution),
                         warmups=warm)
-    faster = rates[True] >= XLA_GAIN * rates[False]
-    extra = warm[True] - warm[False]
-    saved = (epoch_examples * (1 / rates[False] - 1 / rates[True])
-             if epoch_examples is not None else None)
-    if not faster:
-        return XlaTrial(False, rates, warm, gap, (
-            f"off: not {XLA_GAIN:g}x the plain step's rate on this model and data"))
-    if saved is not None and saved < extra:
-        return XlaTrial(False, rates, warm, gap, (
-            "off: faster, but its longer compile is not paid back within an epoch"))
-    return XlaTrial(True, rates, warm, gap, (
-        f"on: at least {XLA_GAIN:g}x the plain step's rate on this model and data, the "
-        "losses on one batch agreeing"))
+    chosen, reason = choose_xla(rates, warm, feed, epoch_examples)
+    return XlaTrial(chosen, rates, warm, gap, reason, feed)
