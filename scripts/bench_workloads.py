@@ -2,8 +2,8 @@
 same model, data and epochs through ``tfopt.Run``, alternating, in one process.
 
     python scripts/bench_workloads.py [--work bench-workloads] [--workloads a,b]
-                                      [--repeats 1] [--scale 1.0] [--seed 0] [--xla-trial]
-                                      [--json OUT]
+                                      [--repeats 1] [--scale 1.0] [--seed 0]
+                                      [--xla-trial | --xla-on-off] [--json OUT]
 
 The corpus is ``tfopt.bench.workloads`` (each module cites the keras.io or TensorFlow page it
 reproduces and says what it scaled). For each workload the data is made once under --work
@@ -19,6 +19,10 @@ fit serves no other):
   the other workloads go on. With ``--xla-trial`` the run is asked to time XLA whatever the
   epoch's length (``jit_compile="trial"``; its cost is in the fit's time), and the table gives
   the trial's rate with XLA over the rate without.
+
+With ``--xla-on-off`` the two arms are instead ``tfopt.Run`` given ``jit_compile=False``
+(``xla_off``) and ``jit_compile=True`` (``xla_on``), everything else as tfopt chooses it: what a
+trial's choice of XLA is worth to the whole fit.
 
 A fit's time is whole: build (with the ``adapt`` calls inside the model), compile and fit; the
 inputs step (building the example's pipeline, and its ``adapt`` calls outside the model) is
@@ -42,7 +46,8 @@ from pathlib import Path
 
 from tfopt.bench.workloads import NAMES  # imports no TensorFlow: --help and bad names are quick
 
-ARMS = ("keras", "tfopt")
+# each mode's two arms: the baseline, then the arm compared with it
+ARMS = {"keras": ("keras", "tfopt"), "xla": ("xla_off", "xla_on")}
 
 
 class NotTaken(Exception):
@@ -140,6 +145,7 @@ def _result(workload, history, inputs_s: float, fit_s: float) -> dict:
 def bench_workload(workload, work: Path, args) -> dict:
     import keras
 
+    arms = ARMS["xla" if args.xla_on_off else "keras"]
     say(f"{workload.name}: making the data (scale {args.scale}, seed {args.seed})")
     started = time.perf_counter()
     with contextlib.redirect_stdout(sys.stderr):
@@ -152,11 +158,13 @@ def bench_workload(workload, work: Path, args) -> dict:
               "validation_examples": data.num_validation,
               "table": data.info.get("table_kind"),
               "data_seconds": time.perf_counter() - started,
-              "arms": {arm: {"runs": []} for arm in ARMS}}
+              "arms": {arm: {"runs": []} for arm in arms}}
     fits = {"keras": fit_keras,
-            "tfopt": lambda *given: fit_tfopt(*given, xla_trial=args.xla_trial)}
+            "tfopt": lambda *given: fit_tfopt(*given, xla_trial=args.xla_trial),
+            "xla_off": lambda *given: fit_tfopt(*given, jit_compile=False),
+            "xla_on": lambda *given: fit_tfopt(*given, jit_compile=True)}
     for repeat in range(args.repeats):
-        order = ARMS if repeat % 2 == 0 else ARMS[::-1]
+        order = arms if repeat % 2 == 0 else arms[::-1]
         for arm in order:
             if "skipped" in record["arms"][arm]:
                 continue
@@ -179,7 +187,7 @@ def bench_workload(workload, work: Path, args) -> dict:
             say(f"  repeat {repeat + 1}/{args.repeats} {arm:5s} {result['seconds']:7.2f} s "
                 f"(inputs {result['inputs_seconds']:.2f} s)  {workload.metric} "
                 f"{result['metric']:.4f}  epochs {result['epochs_run']}")
-    for arm in ARMS:
+    for arm in arms:
         runs = record["arms"][arm]["runs"]
         if runs:
             record["arms"][arm]["median_seconds"] = statistics.median(r["seconds"] for r in runs)
@@ -206,40 +214,44 @@ def _cell(value, digits: int) -> str:
         else f"{value:.{digits}f}"
 
 
-def table(records: list[dict], repeats: int) -> str:
+def table(records: list[dict], repeats: int, arms: tuple[str, str] = ARMS["keras"]) -> str:
+    """The results, a row per workload: ``arms`` are the baseline and the arm compared with it
+    (whose XLA, MFU and skips the table gives)."""
+    base, other = arms
     lines = [f"whole fit (build + compile + fit), median of {repeats} repeat(s); metric: the "
              "last epoch's validation metric",
-             f"{'workload':24s} {'kind':13s} {'keras s':>8s} {'tfopt s':>8s} {'ratio':>6s} "
-             f"{'metric':12s} {'keras':>7s} {'tfopt':>7s} {'baseline':>8s} {'xla':>5s} "
-             f"{'mfu %':>6s} {'xla x':>6s}"]
+             f"{'workload':24s} {'kind':13s} {base + ' s':>9s} {other + ' s':>9s} "
+             f"{'ratio':>6s} {'metric':12s} {base:>7s} {other:>7s} {'baseline':>8s} "
+             f"{'xla':>5s} {'mfu %':>6s} {'xla x':>6s}"]
     for record in records:
-        keras_arm, tfopt_arm = record["arms"]["keras"], record["arms"]["tfopt"]
-        keras_s, tfopt_s = keras_arm.get("median_seconds"), tfopt_arm.get("median_seconds")
-        ratio = keras_s / tfopt_s if keras_s and tfopt_s else None
+        base_arm, other_arm = record["arms"][base], record["arms"][other]
+        base_s, other_s = base_arm.get("median_seconds"), other_arm.get("median_seconds")
+        ratio = base_s / other_s if base_s and other_s else None
         lines.append(
-            f"{record['name']:24s} {record['kind']:13s} {_cell(keras_s, 2):>8s} "
-            f"{_cell(tfopt_s, 2):>8s} {_cell(ratio, 2):>6s} {record['metric']:12s} "
-            f"{_cell(keras_arm.get('median_metric'), 4):>7s} "
-            f"{_cell(tfopt_arm.get('median_metric'), 4):>7s} {_cell(record['baseline'], 4):>8s} "
-            f"{tfopt_arm.get('xla', '-'):>5s} "
-            f"{_cell(_percent(tfopt_arm.get('median_mfu')), 3):>6s} "
-            f"{_cell(tfopt_arm.get('median_xla_gain'), 2):>6s}")
+            f"{record['name']:24s} {record['kind']:13s} {_cell(base_s, 2):>9s} "
+            f"{_cell(other_s, 2):>9s} {_cell(ratio, 2):>6s} {record['metric']:12s} "
+            f"{_cell(base_arm.get('median_metric'), 4):>7s} "
+            f"{_cell(other_arm.get('median_metric'), 4):>7s} "
+            f"{_cell(record['baseline'], 4):>8s} {other_arm.get('xla', '-'):>5s} "
+            f"{_cell(_percent(other_arm.get('median_mfu')), 3):>6s} "
+            f"{_cell(other_arm.get('median_xla_gain'), 2):>6s}")
     tables = [(record["name"], record["table"]) for record in records if record.get("table")]
     if tables:
         lines.append("tables read from CSV as:")
         lines += [f"  {name}: {kind}" for name, kind in tables]
-    skipped = [(record["name"], record["arms"]["tfopt"]["skipped"]) for record in records
-               if "skipped" in record["arms"]["tfopt"]]
+    skipped = [(record["name"], arm, record["arms"][arm]["skipped"]) for record in records
+               for arm in arms if "skipped" in record["arms"][arm] and arm != "keras"]
     if skipped:
-        lines.append("tfopt arm skipped:")
-        lines += [f"  {name}: {reason}" for name, reason in skipped]
-    reasons = [(record["name"], record["arms"]["tfopt"]["xla_reason"]) for record in records
-               if record["arms"]["tfopt"].get("xla_reason")]
+        lines.append("arm skipped:" if other != "tfopt" else "tfopt arm skipped:")
+        lines += [f"  {name}: {reason}" if other == "tfopt" else f"  {name} {arm}: {reason}"
+                  for name, arm, reason in skipped]
+    reasons = [(record["name"], record["arms"][other]["xla_reason"]) for record in records
+               if record["arms"][other].get("xla_reason")]
     if reasons:
-        lines.append("xla, tfopt's reason:")
+        lines.append(f"xla, {other}'s reason:" if other != "tfopt" else "xla, tfopt's reason:")
         lines += [f"  {name}: {reason}" for name, reason in reasons]
-    lines.append("ratio: keras s / tfopt s (above 1: tfopt is faster); xla: tfopt's choice "
-                 "(auto: Keras's own rule, untried); mfu: tfopt's last epoch, of the CPU's "
+    lines.append(f"ratio: {base} s / {other} s (above 1: {other} is faster); xla: {other}'s "
+                 "choice (auto: Keras's own rule, untried); mfu: its last epoch, of the CPU's "
                  "peak for its compute dtype; xla x: the XLA trial's rate with XLA over "
                  "without (- where none ran)")
     return "\n".join(lines)
@@ -257,8 +269,11 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the data and weights [0]")
     parser.add_argument("--epochs", type=int, default=None,
                         help="epochs for every workload [each example's, as scaled]")
-    parser.add_argument("--xla-trial", action="store_true",
-                        help="time XLA in every tfopt fit (jit_compile='trial')")
+    modes = parser.add_mutually_exclusive_group()
+    modes.add_argument("--xla-trial", action="store_true",
+                       help="time XLA in every tfopt fit (jit_compile='trial')")
+    modes.add_argument("--xla-on-off", action="store_true",
+                       help="compare tfopt.Run with XLA off and on instead of Keras and tfopt")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.workloads.split(",") if name.strip()]
@@ -279,7 +294,7 @@ def main(argv=None) -> int:
     warnings.filterwarnings("ignore", message=r"`shuffle=True` was passed")
     started = time.perf_counter()
     records = [bench_workload(WORKLOADS[name], args.work, args) for name in names]
-    print(table(records, args.repeats))
+    print(table(records, args.repeats, ARMS["xla" if args.xla_on_off else "keras"]))
     print(f"total {time.perf_counter() - started:.0f} s")
     if args.json:
         settings = {key: (str(value) if isinstance(value, Path) else value)

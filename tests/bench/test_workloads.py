@@ -214,3 +214,30 @@ def test_the_script_refuses_an_unknown_workload(tmp_path):
     assert done.returncode == 2
     assert "--workloads: unknown nope" in done.stderr
     assert not (tmp_path / "mnist_convnet").exists()  # refused before any data was made
+
+
+def _script_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_workloads_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # defines its functions: main() runs only as a script
+    return module
+
+
+def test_xla_on_off_compares_tfopt_with_and_without_xla_and_excludes_a_trial(tmp_path):
+    script = _script_module()
+    record = {"name": "weather_lstm", "kind": "timeseries", "metric": "val_loss",
+              "baseline": 0.5, "table": None,
+              "arms": {"xla_off": {"median_seconds": 30.0, "median_metric": 0.28},
+                       "xla_on": {"median_seconds": 32.0, "median_metric": 0.28,
+                                  "xla": "true", "xla_reason": "given"}}}
+    shown = script.table([record], 3, script.ARMS["xla"])
+    assert "xla_off s" in shown and "xla_on s" in shown
+    row = next(line for line in shown.splitlines() if line.startswith("weather_lstm "))
+    assert row.split()[2:5] == ["30.00", "32.00", "0.94"], row  # xla_off s / xla_on s
+    assert "ratio: xla_off s / xla_on s (above 1: xla_on is faster)" in shown
+    assert "  weather_lstm: given" in shown
+    done = subprocess.run([sys.executable, str(SCRIPT), "--work", str(tmp_path), "--xla-trial",
+                           "--xla-on-off"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "not allowed with argument" in done.stderr, done.stderr
