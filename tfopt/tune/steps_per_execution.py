@@ -225,11 +225,11 @@ def _smallest_within(rates: dict[int, float]) -> int:
 
 
 def time_setups(setups: dict, compile_fn, dataset: tf.data.Dataset, steps: int,
-                warmups: dict | None = None) -> dict:
+                warmups: dict | None = None, rounds: dict | None = None) -> dict:
     """examples/s of each setup (key -> (make_model, steps_per_execution)): each compiled on a
     fresh model and warmed up, then timed in alternating rounds; the median counts.
     ``warmups``, where given, receives each setup's first call in seconds (tracing and
-    compiling included)."""
+    compiling included); ``rounds`` each setup's rates round by round."""
     trials = {}
     for key, (make_model, candidate) in setups.items():
         model = make_model()
@@ -251,4 +251,6 @@ def time_setups(setups: dict, compile_fn, dataset: tf.data.Dataset, steps: int,
                 model.fit(data, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[clock])
             timed[key].append(clock.examples[-1] / clock.seconds[-1])
     del trials
+    if rounds is not None:
+        rounds.update(timed)
     return {key: statistics.median(values) for key, values in timed.items()}

@@ -119,14 +119,17 @@ def input_rate(batches: tf.data.Dataset, seconds: float = INPUT_SECONDS) -> floa
 
 
 def choose_xla(rates: dict[bool, float], compile_seconds: dict[bool, float],
-               feed: float | None, epoch_examples: int | None) -> tuple[bool, str]:
+               feed: float | None, epoch_examples: int | None,
+               rounds: dict[bool, list[float]] | None = None) -> tuple[bool, str]:
     """Keep XLA or not, and why, from the trial's step rates (examples/s without (False) and
-    with (True) XLA, batches held in memory), each first call's seconds, the input's own rate
-    ``feed`` (None: not timed) and an epoch's examples (None: the payback not checked).
+    with (True) XLA, batches held in memory; the medians, and where given the alternating
+    ``rounds``), each first call's seconds, the input's own rate ``feed`` (None: not timed)
+    and an epoch's examples (None: the payback not checked).
 
     A fit runs no faster than its input gives batches, so the rates that count are each step's
-    capped at ``feed``: XLA must beat the plain step by ``XLA_GAIN`` after the cap, and the
-    epoch's saving at the capped rates must pay for its longer first call.
+    capped at ``feed``: XLA must beat the plain step by ``XLA_GAIN`` after the cap, in every
+    round beside the plain round it alternated with (a median pulled up by one fast round is
+    noise), and the epoch's saving at the capped rates must pay for its longer first call.
     """
     plain, compiled = rates[False], rates[True]
     if feed is not None and feed < XLA_GAIN * plain:
@@ -135,6 +138,10 @@ def choose_xla(rates: dict[bool, float], compile_seconds: dict[bool, float],
             f"plain step's {plain:,.0f}: the fit waits for its batches with or without XLA")
     if compiled < XLA_GAIN * plain:
         return False, f"off: not {XLA_GAIN:g}x the plain step's rate on this model and data"
+    if rounds is not None and not all(
+            with_xla > without for with_xla, without in zip(rounds[True], rounds[False], strict=True)):
+        return False, ("off: faster in the median, but not in every round beside the plain "
+                       "one: within the trial's noise")
     if feed is not None:
         plain, compiled = min(plain, feed), min(compiled, feed)
     extra = compile_seconds[True] - compile_seconds[False]
@@ -185,9 +192,10 @@ def trial_xla(model_fn: Callable[[], keras.Model],
             f"off: the compiled step's loss on one batch ({xla_loss:.6g}) is not the plain "
             f"step's ({plain_loss:.6g}) within {tolerance:g}"), feed)
     warm: dict = {}
+    rounds: dict = {}
     rates = time_setups({False: (lambda: plain, steps_per_execution),
                          True: (lambda: compiled, steps_per_execution)},
                         lambda model, spe: None, held, max(16, steps_per_execution),
-                        warmups=warm)
-    chosen, reason = choose_xla(rates, warm, feed, epoch_examples)
+                        warmups=warm, rounds=rounds)
+    chosen, reason = choose_xla(rates, warm, feed, epoch_examples, rounds)
     return XlaTrial(chosen, rates, warm, gap, reason, feed)
