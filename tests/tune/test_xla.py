@@ -117,9 +117,26 @@ def test_an_input_slower_than_the_plain_step_keeps_xla_off(tf):
 
     batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(64).map(slow).map(
         lambda features, labels: (tf.ensure_shape(features, [None, 16]), labels)).repeat()
-    feed = input_rate(batches, seconds=0.5)
+    feed = input_rate(batches, count=8)
     assert 1000 < feed < 3200 * 1.05, feed
     assert input_rate(batches.take(3)) is None  # one batch after the untimed two: no rate
+    # a read takes as many batches however fast they come (a count, not a time): a rerun's
+    # read starts as many passes of a shuffle inside a repeat, drawing the same seeds
+    pulled = []
+
+    def counted(features, labels):
+        def note(values):
+            pulled.append(1)
+            return values
+
+        return tf.py_function(note, [features], tf.float32), labels
+
+    exact = tf.data.Options()  # no prefetch added at run time: nothing read ahead
+    exact.experimental_optimization.inject_prefetch = False
+    exact.autotune.enabled = False
+    input_rate(tf.data.Dataset.from_tensor_slices((x, y)).batch(64).repeat().map(counted)
+               .with_options(exact), count=5)
+    assert len(pulled) == 2 + 5  # the untimed two, then the five timed
 
     def make():
         inputs = keras.Input((16,))

@@ -23,7 +23,7 @@ import tensorflow as tf
 from tfopt._internals.keras_model import all_layers
 from tfopt.tune.steps_per_execution import held_batches, time_setups
 
-__all__ = ["INPUT_SECONDS", "XLA_GAIN", "XlaTrial", "choose_xla", "input_rate", "trial_xla",
+__all__ = ["INPUT_BATCHES", "XLA_GAIN", "XlaTrial", "choose_xla", "input_rate", "trial_xla",
            "variable_axes", "xla_blockers"]
 
 # XLA must beat the plain step by more than the trial's round-to-round noise to be kept
@@ -31,8 +31,10 @@ XLA_GAIN = 1.03
 # the compiled step's loss may differ from the plain one's by reordered rounding: relative
 # gaps within these are rounding, beyond them a different computation
 LOSS_TOLERANCE = {"float32": 1e-3, "half": 3e-2}
-# how long the input's own rate is timed, after its first batches (start-up, buffers filling)
-INPUT_SECONDS = 1.0
+# the input's own rate: batches timed after the first few (start-up, buffers filling). A count,
+# not a time: a read must take as many batches on every run (a shuffle inside a repeat draws
+# new seeds at each pass it starts, and a rerun must resume on the first run's stream)
+INPUT_BATCHES = 10
 _INPUT_WARMUP_BATCHES = 2
 
 
@@ -95,11 +97,11 @@ def variable_axes(element_spec) -> list[str]:
     return found
 
 
-def input_rate(batches: tf.data.Dataset, seconds: float = INPUT_SECONDS) -> float | None:
+def input_rate(batches: tf.data.Dataset, count: int = INPUT_BATCHES) -> float | None:
     """Examples/s ``batches`` (the training stream as the fit reads it) give with no model:
-    its first batches untimed (start-up, buffers filling), then batches for about ``seconds``.
-    None where fewer than two batches followed the untimed ones (a pass that short says
-    nothing of a rate). One iterator: a shuffle draws its seeds once, as for any read."""
+    its first batches untimed (start-up, buffers filling), then ``count`` batches timed. None
+    where fewer than two batches followed the untimed ones (a pass that short says nothing of
+    a rate). One iterator, read as far on every run: its shuffles draw the same seeds."""
     iterator = iter(batches)
     try:
         for _ in range(_INPUT_WARMUP_BATCHES):
@@ -108,13 +110,12 @@ def input_rate(batches: tf.data.Dataset, seconds: float = INPUT_SECONDS) -> floa
         return None
     examples = batches_read = 0
     started = time.perf_counter()
-    elapsed = 0.0
     for batch in iterator:
         examples += int(tf.shape(tf.nest.flatten(batch)[0])[0])
         batches_read += 1
-        elapsed = time.perf_counter() - started
-        if elapsed >= seconds:
+        if batches_read == count:
             break
+    elapsed = time.perf_counter() - started
     return examples / elapsed if batches_read >= 2 and elapsed > 0 else None
 
 
