@@ -182,7 +182,14 @@ def test_ctrl_c_twice_during_the_scan_is_one_line(tmp_path):
     fds = Path(f"/proc/{process.pid}/fd")
 
     def reading_the_source() -> bool:  # the snapshot, then the scan, hold the CSV open
-        return any(os.path.realpath(fd) == str(src.resolve()) for fd in fds.iterdir())
+        for fd in fds.iterdir():
+            try:
+                target = os.readlink(fd)
+            except FileNotFoundError:  # closed between the listing and the look
+                continue
+            if target == str(src.resolve()):
+                return True
+        return False
 
     wait_for(process, reading_the_source, "read of the source")
     ctrl_c(process, times=2, gap=0.1)
