@@ -5,8 +5,9 @@ and must not, and that what ``optimize`` returns yields what the pipeline yields
 where nothing is random; the same rows where a shuffle draws the order; the same spec and
 labels where augmentation draws the values).
 
-Verdicts rest on costs that differ by 3x or more, so that a shared, busy CPU does not move
-them; the one timing ratio asserted (a generous bound) is in a test marked ``alone``.
+Verdicts rest on costs that differ by 3x or more (where two stages' do not, either one is
+accepted), so that a shared, busy CPU does not move them; the one timing ratio asserted (a
+generous bound) is in a test marked ``alone``.
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ def test_the_bottleneck_and_the_recommendations(optimized, index):
     bottleneck = report.stage(report.bottleneck)
     assert verdict.op in bottleneck.op, report.describe()
     if verdict.heavy is not None:
-        assert verdict.heavy in bottleneck.heavy_ops, report.describe()
+        heavy = (verdict.heavy,) if isinstance(verdict.heavy, str) else verdict.heavy
+        assert set(heavy) & set(bottleneck.heavy_ops), report.describe()
     assert bottleneck.python == verdict.python, report.describe()
     kinds = set(report.kinds())
     assert verdict.recommends <= kinds, report.describe()

@@ -1,5 +1,7 @@
 """The ranking of tfopt profile's changes: pure rules, no TensorFlow."""
 
+import dataclasses
+
 from tfopt.profile.advice import WORTH, Recommendation, rank, recommend
 
 BASE = dict(input_share=0.0, fit_rate=100.0, step_rate=100.0, input_rate=None, source="dataset",
@@ -25,11 +27,26 @@ def test_input_waits_come_first_with_the_measured_bound_and_noise_is_not_advice(
     assert recommend(**{**BASE, "input_share": 0.03, "fit_rate": 97.0}) == []
 
 
-def test_half_precision_is_estimated_from_the_peaks_and_capped():
-    found = recommend(**{**BASE, "machine_policy": ("mixed_bfloat16", "AVX512-BF16"),
-                         "peak_ratio": 4.0, "input_share": 0.0})
+def test_half_precision_is_estimated_from_a_gpus_peaks_and_capped():
+    found = recommend(**{**BASE, "machine_policy": ("mixed_float16", "tensor cores"),
+                         "peak_ratio": 4.0, "input_share": 0.0, "gpus": 1})
     assert kinds(found) == ["precision"] and found[0].expected_speedup == 2.0
-    assert "mixed_bfloat16" in found[0].code
+    assert "mixed_float16" in found[0].code
+
+
+def test_on_a_cpu_half_precision_is_left_to_a_trial_after_what_the_fit_points_at():
+    bf16 = {**BASE, "machine_policy": ("mixed_bfloat16", "AVX512-BF16"), "peak_ratio": 2.0}
+    found = recommend(**bf16)
+    assert kinds(found) == ["precision"] and found[0].expected_speedup is None
+    assert "mixed_bfloat16" in found[0].code and "trial" in found[0].basis
+    # layers that block XLA, a step short enough for the per-call overhead: named before it
+    found = recommend(**{**bf16, "jit": False, "blockers": ["text_vectorization"],
+                         "steps_per_execution": 1, "step_seconds": 0.001})
+    assert kinds(found) == ["xla", "steps_per_execution", "precision"]
+    # measured under --try, it takes its place by its gain
+    measured = [dataclasses.replace(r, measured_speedup=speed, same_training=True)
+                for r, speed in zip(found, (1.1, 1.3, 1.6), strict=True)]
+    assert kinds(rank(measured)) == ["precision", "steps_per_execution", "xla"]
 
 
 def test_xla_blocked_by_layers_names_them_even_when_the_script_turned_it_off():

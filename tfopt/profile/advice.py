@@ -2,7 +2,7 @@
 
 Each change comes with the speed-up it is expected to give and how that figure was found:
 the input pipeline's from the two measured rates (the step with its input against the step
-alone: hiding the input entirely gives at most their ratio), half precision's from the
+alone: hiding the input entirely gives at most their ratio), half precision's on a GPU from the
 device's peaks (the step's compute share sped up by at most the peaks' ratio). Changes whose
 gain cannot be told without trying (XLA on this model, more steps per call) are listed as
 worth trying, and ``--try`` measures them; a change expected or measured under
@@ -93,13 +93,16 @@ def _input(share: float, fit_rate: float, step_rate: float, input_rate: float | 
 
 
 def _precision(policy: str, machine: tuple[str, str], share: float,
-               peak_ratio: float | None) -> Recommendation | None:
+               peak_ratio: float | None, gpus: int) -> Recommendation | None:
     target, reason = machine
     if policy != "float32" or target == "float32":
         return None
     expected = None
-    basis = "a trial tells (--try)"
-    if peak_ratio is not None and peak_ratio > 1:
+    # a CPU's bfloat16 peak (AVX512-BF16, AMX) is reached by large matrix products only: the
+    # small layers, casts and per-call overhead of most CPU steps keep it from bounding the gain
+    basis = ("a trial tells (--try)" if gpus else
+             "a trial tells (--try): on a CPU only large matrix products reach the bfloat16 peak")
+    if gpus and peak_ratio is not None and peak_ratio > 1:
         ratio = min(peak_ratio, HALF_PEAK_CAP)
         expected = 1 / (share + (1 - share) / ratio)
         basis = (f"the compute share of the step ({1 - share:.0%}) sped up by the peaks' ratio "
@@ -177,9 +180,13 @@ def recommend(*, input_share: float, fit_rate: float, step_rate: float,
     if input_share >= max(INPUT_BOUND, noise) and step_rate / fit_rate >= WORTH:
         found.append(_input(input_share, fit_rate, step_rate, input_rate, source, bottleneck,
                             speed))
-    for candidate in (_precision(policy, machine_policy, max(input_share, 0.0), peak_ratio),
-                      xla_change(jit, blockers, axes, gpus, jit_refused),
+    # among changes only a trial can judge, those this fit's own facts point at (layers that
+    # block XLA, a step short enough for the per-call overhead to count) before half precision
+    # on a CPU, which only the machine's instruction set points at
+    for candidate in (xla_change(jit, blockers, axes, gpus, jit_refused),
                       steps_per_call_change(steps_per_execution, step_seconds),
+                      _precision(policy, machine_policy, max(input_share, 0.0), peak_ratio,
+                                 gpus),
                       _alignment(unaligned, gpus)):
         if candidate is not None:
             found.append(candidate)
