@@ -82,5 +82,7 @@ def test_a_fit_far_slower_than_its_step_is_input_bound_whatever_the_rounds_sprea
 
     # the step alone 400-1000 examples/s (a wide spread), the fit 10-12 batches/s of 4: 48/s
     assert _noise(rates(10, 12), rates(400, 1000), batch=4) == 0.0
+    # one round alone slowed by a pause of the machine's does not hide it
+    assert _noise(rates(10, 12), rates(30, 400, 1000), batch=4) == 0.0
     # rounds that overlap: the spread is the noise a share must exceed
     assert _noise(rates(10, 12), rates(45, 60), batch=4) == pytest.approx((60 - 45) / 45)

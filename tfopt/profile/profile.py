@@ -167,12 +167,13 @@ def _measure(call: FitCall, steps: int, seconds: float, trial: bool) -> ProfileR
 
 def _noise(fits, alones, batch: int) -> float:
     """The rounds' own spread, which a share of input wait must exceed to be told from none;
-    0 where every round alone ran at least twice as fast as every round with the input (half
-    of each step a wait whatever the rounds' spread: a tiny step's rounds spread widely, yet a
-    fit many times slower than its step is input-bound)."""
-    from tfopt.profile.measure import spread
+    0 where the median round alone ran at least twice as fast as every round with the input
+    (half of each step a wait whatever the rounds' spread: a tiny step's rounds spread widely,
+    one of them slowed by a pause of the machine's, yet a fit many times slower than its step
+    is input-bound)."""
+    from tfopt.profile.measure import median_rate, spread
 
-    if alones and min(a.examples_per_s for a in alones) >= 2 * batch * max(
+    if alones and median_rate(alones).examples_per_s >= 2 * batch * max(
             f.examples_per_s for f in fits):
         return 0.0
     return max(spread(fits), spread(alones))
