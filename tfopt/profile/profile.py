@@ -118,7 +118,7 @@ def _measure(call: FitCall, steps: int, seconds: float, trial: bool) -> ProfileR
     feed = input_rate(arguments, batch, INPUT_SECONDS) if kind != "generator" else None
     pipeline, bottleneck = _pipeline(arguments.get("x"), kind)
     peak_ratio = None
-    if facts.peak_flops:
+    if facts.peak_flops and facts.gpus:  # a CPU's peaks do not bound its half-precision gain
         from tfopt.train.flops import device_peak
 
         peak, _ = device_peak(1, facts.replicas, facts.gpus)
