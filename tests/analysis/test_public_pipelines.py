@@ -128,17 +128,19 @@ def _rows(elements) -> collections.Counter:
 @pytest.mark.alone
 @pytest.mark.parametrize("index", range(len(PIPELINES)), ids=IDS)
 def test_optimize_reads_no_slower_than_the_original(data, optimized, index):
-    # whole epochs of each, from new pipelines, alternately, the better of two each: optimize's
-    # own rule is 0.95x; the bound here leaves room for a busy moment
+    # whole epochs of each, from new pipelines, alternately, the better of three each:
+    # optimize's own rule is 0.95x; the bound here leaves room for a busy moment (with two
+    # rounds of 0.3 s, a translation pipeline whose rewrite optimize measured at 1.05x once
+    # read 0.75x in CI)
     pipeline = PIPELINES[index]
     original, result = optimized(index)
     if result.dataset is original:
         return  # nothing changed: the original itself
     fresh = pipeline.original(data)
     before = after = 0.0
-    for _ in range(2):
-        before = max(before, measure.whole_passes(fresh, 0.3).rate)
-        after = max(after, measure.whole_passes(result.dataset, 0.3).rate)
+    for _ in range(3):
+        before = max(before, measure.whole_passes(fresh, 0.5).rate)
+        after = max(after, measure.whole_passes(result.dataset, 0.5).rate)
     assert after >= 0.8 * before, (before, after, result.describe())
 
 
