@@ -2,15 +2,15 @@
 # Install tfopt into .venv (created if missing) and run the test suite. Extra arguments go to
 # pytest, e.g.  scripts/test.sh -m "not slow"  or  scripts/test.sh tests/records -x
 #
-# Two runs. First every test not marked `alone`, on all cores (pytest-xdist: most tests wait on
-# TensorFlow's start-up, child processes and files; in one process the suite took 854 s on 2
-# cores). Then the `alone` tests by themselves, in one process: they assert what measured rates
-# show, catch a real process at a moment, or train across worker processes whose heartbeats
-# must arrive in time, and a test running beside them upsets all three.
-# TFOPT_TEST_WORKERS sets the first run's process count (default: the cores; 1: one process).
+# Two runs. First every test not marked `alone`, in one process more than the cores
+# (pytest-xdist: tests wait on TensorFlow's start-up, child processes and files, and with one
+# process a core the CPU sat idle 14 % of the time). Then the `alone` tests by themselves, in
+# one process: they assert what measured rates show or catch a real process at a moment, and a
+# test running beside them upsets both.
+# TFOPT_TEST_WORKERS sets the first run's process count (default: the cores + 1; 1: one process).
 set -euo pipefail
 source "$(dirname "$0")/_venv.sh"
-WORKERS="${TFOPT_TEST_WORKERS:-$(python -c 'import os; print(len(os.sched_getaffinity(0)))')}"
+WORKERS="${TFOPT_TEST_WORKERS:-$(python -c 'import os; print(len(os.sched_getaffinity(0)) + 1)')}"
 
 run_pytest() {
     set +e

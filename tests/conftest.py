@@ -20,11 +20,10 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 def pytest_addoption(parser):
     parser.addoption(
         "--alone", choices=("with", "without", "only"), default="with",
-        help="tests marked 'alone' (they assert what measured rates show, catch a real "
-             "process at a moment, or need worker processes answered in time): run them with "
-             "the rest (default), leave them out, or run only them. scripts/test.sh runs the "
-             "rest on every core, then these in one process, so that no other test shares the "
-             "CPU with them.")
+        help="tests marked 'alone' (they assert what measured rates show or catch a real "
+             "process at a moment): run them with the rest (default), leave them out, or run "
+             "only them. scripts/test.sh runs the rest on every core, then these in one "
+             "process, so that no other test shares the CPU with them.")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -450,9 +450,7 @@ MULTI_WORKER_SCRIPT = textwrap.dedent("""
 """)
 
 
-# alone: two workers' heartbeats must be answered in time (see tests/test_examples.py)
 @pytest.mark.slow
-@pytest.mark.alone
 def test_under_tfopt_launch_a_killed_worker_resumes_from_the_chiefs_backup(shards, tmp_path):
     from tfopt.distribute.launch import launch_workers
 
@@ -556,9 +554,7 @@ def uninterrupted_workers_weights(shards, tmp_path_factory):
     return [line for line in seen[0] if line.startswith("WEIGHTS")]
 
 
-# alone: two workers' heartbeats must be answered in time (see tests/test_examples.py)
 @pytest.mark.slow
-@pytest.mark.alone
 @pytest.mark.parametrize("to", ["launcher", "worker"])
 def test_under_tfopt_launch_sigterm_stops_every_worker_at_one_step_and_the_rerun_resumes_there(
         shards, tmp_path, to, uninterrupted_workers_weights):

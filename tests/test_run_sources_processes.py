@@ -231,10 +231,7 @@ def reference(script, tmp_path_factory):
     return get
 
 
-# alone: two workers' heartbeats must be answered in time (see tests/test_examples.py), and the
-# killed job is caught at a moment
 @pytest.mark.slow
-@pytest.mark.alone
 @pytest.mark.parametrize("kind", KINDS)
 def test_each_source_trains_under_tfopt_launch_on_two_workers(reference, kind):
     job, workdir = reference(kind)
@@ -259,7 +256,6 @@ def test_each_source_trains_under_tfopt_launch_on_two_workers(reference, kind):
 
 
 @pytest.mark.slow
-@pytest.mark.alone
 def test_a_dataset_made_before_the_strategy_is_refused_with_the_way_out(script, tmp_path):
     workdir = tmp_path / "run"
     job = launch(script, "late", workdir, tmp_path / "out")
@@ -272,7 +268,6 @@ def test_a_dataset_made_before_the_strategy_is_refused_with_the_way_out(script, 
 
 
 @pytest.mark.slow
-@pytest.mark.alone
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_job_killed_after_a_backup_relaunched_ends_with_the_uninterrupted_weights(
         script, reference, tmp_path, kind):
@@ -308,7 +303,6 @@ def test_a_job_killed_after_a_backup_relaunched_ends_with_the_uninterrupted_weig
 # Without a cluster: the dataset's own seeded shuffle, resumed in one process (no sharding, no
 # launcher). The kind whose data order is the user's pipeline's, not tfopt's index stream.
 @pytest.mark.slow
-@pytest.mark.alone
 def test_one_process_on_a_seeded_dataset_killed_after_a_backup_reruns_to_the_same_weights(
         script, tmp_path):
     reference = launch(script, "dataset", tmp_path / "whole", tmp_path / "whole-out",

@@ -62,8 +62,6 @@ def test_bench_preemption_stops_tfopt_at_a_step_and_keras_at_once(tmp_path):
     assert 0 < arms["tfopt"]["median_s"] < 30  # the grace period the docs ask for
 
 
-# alone: two workers' heartbeats must be answered in time (see tests/test_examples.py)
-@pytest.mark.alone
 def test_bench_worker_agreement_times_both_arms_and_prints_their_ratio():
     done = subprocess.run([sys.executable, str(SCRIPTS / "bench_worker_agreement.py"),
                            "--repeats", "1", "--steps", "6"], capture_output=True, text=True,

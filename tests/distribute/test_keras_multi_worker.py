@@ -57,8 +57,11 @@ TRAIN_SCRIPT = textwrap.dedent(f"""
     one_batch = model.evaluate(data.take(1), verbose=0, return_dict=True)
     predicted = model.predict(tf.data.Dataset.from_tensor_slices(x).batch({GLOBAL_BATCH}),
                               verbose=0)
+    from tensorflow.python.eager import context  # private: what the strategy was given
+    coordination = context.context().coordination_service
     print("RESULT " + json.dumps({{
         "replicas": int(strategy.num_replicas_in_sync),
+        "heartbeat_ms": coordination and coordination.heartbeat_timeout_in_ms,
         "switched": switched,
         "history": history.history,
         "evaluate": evaluated,
@@ -101,12 +104,14 @@ def test_two_workers_train_to_identical_weights_equal_to_one_process(script):
     first, second = reports[0], reports[1]
     assert first["replicas"] == second["replicas"] == 2
     assert first["switched"] == 1
+    # launched workers: the launcher watches them, so a late heartbeat does not end the job
+    assert first["heartbeat_ms"] == second["heartbeat_ms"] == 60_000
     for a, b in zip(first["weights"], second["weights"], strict=True):
         np.testing.assert_array_equal(a, b)  # synchronous training: bit-identical replicas
     assert first["history"] == second["history"]
 
     single = run_one_process(script)
-    assert single["replicas"] == 1
+    assert single["replicas"] == 1 and single["heartbeat_ms"] is None
     # two workers of half a global batch each take the same steps as one process on all of it
     np.testing.assert_allclose(first["history"]["loss"], single["history"]["loss"], rtol=1e-5)
     np.testing.assert_allclose(first["history"]["accuracy"], single["history"]["accuracy"],
@@ -149,3 +154,30 @@ def test_a_keras_without_the_replaced_functions_is_refused_with_the_tested_versi
     with pytest.raises(TfoptError, match="TensorFlowTrainer._make_function") as caught:
         fix_keras_multi_worker()
     assert TESTED_KERAS[-1] in str(caught.value)
+
+
+HEARTBEAT_SCRIPT = textwrap.dedent("""
+    import os, sys
+    if sys.argv[1] == "elsewhere":  # a cluster started by other means than tfopt launch
+        del os.environ["TFOPT_LAUNCHED"]
+    import tfopt
+    from tfopt._tf import import_tensorflow
+    tf = import_tensorflow()
+    strategy = tfopt.select_strategy()
+    from tensorflow.python.eager import context
+    print("HEARTBEAT", context.context().coordination_service.heartbeat_timeout_in_ms,
+          strategy.num_replicas_in_sync, flush=True)
+""")
+
+
+def test_only_launched_workers_wait_longer_for_heartbeats_than_tensorflow(tmp_path):
+    script = tmp_path / "heartbeat.py"
+    script.write_text(HEARTBEAT_SCRIPT)
+    for mode, expected in (("launched", "60000"), ("elsewhere", "0")):  # 0: TensorFlow's 10 s
+        lines: list[str] = []
+        result = launch_workers([sys.executable, str(script), mode], 2, grace_seconds=5,
+                                on_line=lambda index, stream, line, lines=lines:
+                                lines.append(line))
+        assert result.exit_code == 0, lines[-30:]
+        assert [line for line in lines if line.startswith("HEARTBEAT")] == [
+            f"HEARTBEAT {expected} 2"] * 2, lines[-30:]

@@ -65,3 +65,32 @@ def stop_service_server(server) -> None:
 def service_worker_address(server) -> str:
     """The ``host:port`` a tf.data service worker server listens on (it may be given port 0)."""
     return attribute(server, "_address", "tf.data.experimental.service.WorkerServer._address")
+
+
+_COORDINATION = "tensorflow.python.eager.context.Context.configure_coordination_service"
+_LEADER = "tensorflow.python.distribute.multi_worker_util.coordination_leader"
+_JOB_MODULE = "tensorflow.compiler.xla.tsl.protobuf.coordination_config_pb2"
+
+
+def configure_coordination_service(cluster_spec, heartbeat_timeout_s: float) -> bool:
+    """Configure the coordination service of a multi-worker cluster as
+    ``MultiWorkerMirroredStrategy`` would (its chief and workers, its leader), with
+    ``heartbeat_timeout_s`` instead of TensorFlow's 10 s; the strategy built after this keeps
+    it. False where the service is configured already, or the cluster has no chief or worker.
+    Must run before the process's first TensorFlow op. There is no public way to set it."""
+    context = attribute(module("tensorflow.python.eager.context", _COORDINATION), "context",
+                        "tensorflow.python.eager.context.context")()
+    if context.coordination_service is not None:
+        return False
+    jobs = [job for job in ("chief", "worker") if job in cluster_spec.jobs]
+    if not jobs:
+        return False
+    config = module(_JOB_MODULE, f"{_JOB_MODULE}.CoordinatedJob")
+    leader = attribute(module("tensorflow.python.distribute.multi_worker_util", _LEADER),
+                       "coordination_leader", _LEADER)
+    attribute(context, "configure_coordination_service", _COORDINATION)(
+        service_type="standalone", service_leader=leader(cluster_spec),
+        coordinated_jobs=[config.CoordinatedJob(name=job, num_tasks=cluster_spec.num_tasks(job))
+                          for job in jobs],
+        heartbeat_timeout_in_ms=int(heartbeat_timeout_s * 1000))
+    return True

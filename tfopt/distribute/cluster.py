@@ -37,6 +37,13 @@ LOCALHOST = "localhost"
 # MultiWorkerMirroredStrategy, in the order it numbers them.
 REPLICA_TASKS = ("chief", "worker")
 
+# Set in each worker `tfopt launch` starts. The launcher watches its workers and stops the job
+# when one exits, so a worker's heartbeats need not end it: its strategy's coordination service
+# waits LAUNCHED_HEARTBEAT_S for them instead of TensorFlow's 10 s, which a worker starved of
+# CPU by the other workers' input pipelines on a small machine can miss.
+LAUNCHED_ENV = "TFOPT_LAUNCHED"
+LAUNCHED_HEARTBEAT_S = 60.0
+
 # The task types TensorFlow's cluster resolvers know.
 TASK_TYPES = ("chief", "worker", "evaluator", "ps")
 

@@ -47,7 +47,13 @@ from tfopt._supervisor import (
     exit_code,
 )
 from tfopt._validate import flag, require, whole_number
-from tfopt.distribute.cluster import LOCALHOST, free_ports, port_limit, tf_config
+from tfopt.distribute.cluster import (
+    LAUNCHED_ENV,
+    LOCALHOST,
+    free_ports,
+    port_limit,
+    tf_config,
+)
 from tfopt.errors import InvalidArgumentError, WorkerStartError
 
 logger = logging.getLogger("tfopt")
@@ -198,6 +204,7 @@ class _Job:
             for index in range(len(addresses)):
                 worker_env = dict(env)
                 worker_env["TF_CONFIG"] = json.dumps(tf_config(addresses, index))
+                worker_env[LAUNCHED_ENV] = "1"  # its strategy leaves a dead peer to us
                 # Python block-buffers a pipe: without this a worker's lines would arrive
                 # only when its buffer fills or it exits
                 worker_env.setdefault("PYTHONUNBUFFERED", "1")

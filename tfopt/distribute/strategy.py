@@ -32,10 +32,16 @@ import shutil
 import sys
 from collections.abc import Mapping, Sequence
 
-from tfopt._internals.tf_runtime import registered_kernel_devices
+from tfopt._internals.tf_runtime import configure_coordination_service, registered_kernel_devices
 from tfopt._tf import import_tensorflow
 from tfopt._validate import choice, is_int, require
-from tfopt.distribute.cluster import ClusterInfo, cluster_info, parse_tf_config
+from tfopt.distribute.cluster import (
+    LAUNCHED_ENV,
+    LAUNCHED_HEARTBEAT_S,
+    ClusterInfo,
+    cluster_info,
+    parse_tf_config,
+)
 from tfopt.distribute.keras_multi_worker import fix_keras_multi_worker
 from tfopt.errors import InvalidArgumentError
 
@@ -447,6 +453,11 @@ def _build_multi_worker(tf, plan, cluster):
             rpc_layer="grpc")
     else:
         resolver = None  # TensorFlow reads TF_CONFIG itself (or runs as a single worker)
+    if os.environ.get(LAUNCHED_ENV) == "1":
+        # the launcher stops the job when a worker exits: heartbeats late from a busy worker
+        # must not end it first (cluster.LAUNCHED_ENV)
+        spec = (resolver or tf.distribute.cluster_resolver.TFConfigClusterResolver()).cluster_spec()
+        configure_coordination_service(spec, LAUNCHED_HEARTBEAT_S)
     # Keras 3 fit/evaluate/predict fail under this strategy without it (keras-team/keras#20585)
     fix_keras_multi_worker()
     # CommunicationOptions AUTO: TensorFlow picks NCCL for GPUs and ring all-reduce for CPUs
