@@ -302,11 +302,13 @@ def test_an_input_bound_epoch_of_a_tfopt_pipeline_gets_advice_from_its_plan(tf, 
     probe = InputProbe()
     stall = InputStallCallback(probe, warmup_steps=2, pipeline=builder)
     with caplog.at_level(logging.INFO, logger="tfopt"):
-        model().fit(probe.instrument(slow_dataset(tf)), epochs=1, verbose=0, callbacks=[stall])
+        model().fit(probe.instrument(slow_dataset(tf)), epochs=2, verbose=0, callbacks=[stall])
     assert stall.last_kind is InputBound.HIGH
-    (line,) = [r.message for r in caplog.records if "highly input-bound" in r.message]
-    assert builder.stall_advice() in line and "the cache is off" in line
-    assert "tfopt.build_pipeline" not in line  # not the generic line for tfopt's own pipeline
+    first, second = [r.message for r in caplog.records if "highly input-bound" in r.message]
+    assert builder.stall_advice() in first and "the cache is off" in first
+    assert "tfopt.build_pipeline" not in first  # not the generic line for tfopt's own pipeline
+    # the same advice, a paragraph long, is given in full once a fit
+    assert second.startswith("epoch 2: ") and second.endswith("; the advice of epoch 1")
 
 
 def test_a_fit_of_less_than_one_pass_of_a_cached_pipeline_is_warned_once(tf, tmp_path, caplog):

@@ -280,11 +280,13 @@ class InputStallCallback(keras.callbacks.Callback):
         self._probe_start: float | None = None
         self._epochs_in_fit = 0
         self._start_warned = False
+        self._advised: dict[str, int] = {}  # advice given in this fit -> its epoch (1-based)
         self.last_kind: InputBound | None = None
 
     def on_train_begin(self, logs=None):
         self._epochs_in_fit = 0
         self._start_warned = False  # a warning once per fit, the later slow starts at INFO
+        self._advised = {}  # the same advice in full once per fit, later epochs refer to it
         if self.probe is None:
             logger.warning(
                 "InputStallCallback without an InputProbe sees only the gaps between Keras's "
@@ -335,8 +337,13 @@ class InputStallCallback(keras.callbacks.Callback):
         advice = summary.kind.advice
         if self.pipeline is not None and summary.kind is not InputBound.NOT:
             advice = self.pipeline.stall_advice()
+        if advice in self._advised:  # a plan's advice runs to a paragraph: once is enough
+            shown = f"the advice of epoch {self._advised[advice]}"
+        else:
+            self._advised[advice] = epoch + 1
+            shown = advice
         logger.log(level, "epoch %d: %.1f %% of step time waiting for input: %s; %s",
-                   epoch + 1, summary.input_bound_percent, summary.kind.value, advice)
+                   epoch + 1, summary.input_bound_percent, summary.kind.value, shown)
         start = self.starts.end_epoch()
         if start is not None:
             if logs is not None:
