@@ -221,6 +221,27 @@ def test_enable_policy_as_a_context_restores(keras):
     assert keras.mixed_precision.global_policy().name == "mixed_float16"
 
 
+def test_inside_enable_policy_normalization_adapts_on_a_dataset_in_float32(keras, tf):
+    x = np.random.default_rng(0).normal(50.0, 9.0, size=(96, 4)).astype("float32")
+    data = tf.data.Dataset.from_tensor_slices(x).batch(8)
+    keras_adapt = keras.layers.Normalization.adapt
+    with enable_policy("mixed_bfloat16"):
+        with pytest.raises(Exception, match="bfloat16"):  # Keras's own adapt, as it ships
+            keras_adapt(keras.layers.Normalization(), data)
+        with enable_policy("mixed_bfloat16"):  # nested: one wrapper
+            layer = keras.layers.Normalization()
+            layer.adapt(data)
+        again = keras.layers.Normalization()
+        again.adapt(data)  # still wrapped in the outer block
+    assert keras.layers.Normalization.adapt is keras_adapt  # Keras's own again after the block
+    for adapted in (layer, again):
+        # the statistics in float32, as numpy's; the layer still computes in bfloat16
+        np.testing.assert_allclose(adapted.mean.numpy().ravel(), x.mean(axis=0), rtol=1e-5)
+        np.testing.assert_allclose(adapted.variance.numpy().ravel(), x.var(axis=0), rtol=1e-4)
+        assert adapted.dtype_policy.name == "mixed_bfloat16" and adapted.compute_dtype == "bfloat16"
+        assert adapted(keras.Input((4,))).dtype == "bfloat16"  # in a model
+
+
 def test_enable_policy_accepts_a_keras_policy(keras):
     with enable_policy(keras.DTypePolicy("mixed_float16")):
         assert keras.mixed_precision.global_policy().name == "mixed_float16"

@@ -492,9 +492,9 @@ class Run:
                 yield self.strategy
             except Exception as error:
                 if self.plan.policy != "float32":
-                    # some Keras layers fail under a mixed policy (a Normalization adapted on
-                    # a dataset adds bfloat16 to float32): the error keeps its type, and says
-                    # which policy it met and how to build without it
+                    # some Keras layers fail under a mixed policy (enable_policy makes a
+                    # Normalization adapt in float32; others may not): the error keeps its
+                    # type, and says which policy it met and how to build without it
                     error.add_note(
                         f"tfopt.Run: the model was built under the {self.plan.policy} policy "
                         f"({self.plan.policy_reason}); if a layer fails under mixed precision, "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import logging
 import statistics
 import time
@@ -359,11 +360,52 @@ class enable_policy:  # noqa: N801  (a function to its users, a class to work as
         logger.debug("global precision policy %s (was %s)", name, self.previous.name)
 
     def __enter__(self):
+        _adapt_in_variable_dtype(self._keras, True)
         return self.policy
 
     def __exit__(self, *exc_info) -> bool:
+        _adapt_in_variable_dtype(self._keras, False)
         self._keras.mixed_precision.set_global_policy(self.previous)
         return False
+
+
+_ADAPT_FIXES = 0  # enable_policy blocks open: Normalization.adapt is wrapped while any is
+
+
+def _adapt_in_variable_dtype(keras, entering: bool) -> None:
+    """Inside ``with enable_policy(...)``: ``keras.layers.Normalization.adapt`` computes its
+    statistics in the layer's variable dtype (float32).
+
+    Keras 3 converts each batch of a dataset given to ``adapt`` to the layer's compute dtype and
+    adds its mean to float32 totals, which fails under a mixed policy ("expected a float tensor
+    but is a bfloat16 tensor"); arrays are reduced in float32 already. The wrapper sets the
+    layer's policy to its variable dtype for the call and restores it, so that the statistics
+    are float32 as Keras's own for arrays and the layer still computes under the mixed policy.
+    """
+    global _ADAPT_FIXES
+    layer_class = keras.layers.Normalization
+    if entering:
+        _ADAPT_FIXES += 1
+        if _ADAPT_FIXES == 1:
+            layer_class.adapt = _float32_adapt(layer_class.adapt)
+        return
+    _ADAPT_FIXES -= 1
+    if _ADAPT_FIXES == 0:
+        layer_class.adapt = layer_class.adapt.__wrapped__
+
+
+def _float32_adapt(adapt):
+    @functools.wraps(adapt)
+    def wrapper(self, *args, **kwargs):
+        policy = self.dtype_policy
+        if policy.compute_dtype == policy.variable_dtype:
+            return adapt(self, *args, **kwargs)
+        self.dtype_policy = policy.variable_dtype
+        try:
+            return adapt(self, *args, **kwargs)
+        finally:
+            self.dtype_policy = policy
+    return wrapper
 
 
 def _all_layers(model):

@@ -115,8 +115,9 @@ def plain_fit(model, inputs: dict, epochs: int, verbose=0):
 
 
 def run_inputs(inputs: dict) -> dict:
-    # float32: the example adapts Normalization layers on a dataset while it builds the model,
-    # which Keras cannot do under a mixed policy (tfopt.Run's scope adds a note saying so)
+    # float32, as a user who timed both would pass it: epochs of 8 steps leave no room for
+    # tfopt.Run's precision trial, and on a CPU the machine's bfloat16 slows a model this small
+    # (docs/benchmarks.md, "tfopt.Run on public Keras workloads")
     return {"source": inputs["train_frame"], "label": _heart.TARGET, "batch_size": BATCH,
             "validation": inputs["val_frame"], "precision": "float32"}
 
