@@ -290,10 +290,18 @@ def test_a_layer_failing_under_the_mixed_policy_is_told_how_to_build_without_it(
 
     x, y = signal(64)
     run = tfopt.Run((x, y), batch_size=16, precision="mixed_bfloat16", steps_per_execution=1)
-    with pytest.raises(Exception) as raised, run.scope():
+
+    class Offset(keras.layers.Layer):  # float32 arithmetic on the input it is given in bfloat16
+        def call(self, inputs):
+            return inputs + tf.ones_like(inputs, dtype=tf.float32)
+
+    with run.scope():
+        # Keras alone fails here under a mixed policy; the scope adapts in float32
         normalizer = keras.layers.Normalization()
-        # Keras adds the adapted batch's bfloat16 mean to its float32 total under the policy
         normalizer.adapt(tf.data.Dataset.from_tensor_slices(x).batch(16))
+        assert normalizer.compute_dtype == "bfloat16"
+    with pytest.raises(Exception) as raised, run.scope():
+        Offset()(x[:2])
     notes = "\n".join(getattr(raised.value, "__notes__", []))
     assert "built under the mixed_bfloat16 policy" in notes
     assert "precision='float32'" in notes

@@ -370,6 +370,7 @@ class enable_policy:  # noqa: N801  (a function to its users, a class to work as
 
 
 _ADAPT_FIXES = 0  # enable_policy blocks open: Normalization.adapt is wrapped while any is
+_KERAS_ADAPT = None  # Keras's own, put back when the last block closes
 
 
 def _adapt_in_variable_dtype(keras, entering: bool) -> None:
@@ -382,16 +383,17 @@ def _adapt_in_variable_dtype(keras, entering: bool) -> None:
     layer's policy to its variable dtype for the call and restores it, so that the statistics
     are float32 as Keras's own for arrays and the layer still computes under the mixed policy.
     """
-    global _ADAPT_FIXES
+    global _ADAPT_FIXES, _KERAS_ADAPT
     layer_class = keras.layers.Normalization
     if entering:
         _ADAPT_FIXES += 1
         if _ADAPT_FIXES == 1:
-            layer_class.adapt = _float32_adapt(layer_class.adapt)
+            _KERAS_ADAPT = layer_class.adapt
+            layer_class.adapt = _float32_adapt(_KERAS_ADAPT)
         return
     _ADAPT_FIXES -= 1
     if _ADAPT_FIXES == 0:
-        layer_class.adapt = layer_class.adapt.__wrapped__
+        layer_class.adapt, _KERAS_ADAPT = _KERAS_ADAPT, None
 
 
 def _float32_adapt(adapt):
