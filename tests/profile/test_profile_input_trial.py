@@ -86,3 +86,13 @@ def test_a_fit_far_slower_than_its_step_is_input_bound_whatever_the_rounds_sprea
     assert _noise(rates(10, 12), rates(30, 400, 1000), batch=4) == 0.0
     # rounds that overlap: the spread is the noise a share must exceed
     assert _noise(rates(10, 12), rates(45, 60), batch=4) == pytest.approx((60 - 45) / 45)
+    # a fit 1.6x slower than its step, one round alone far slower than the others (seen:
+    # a 46 % wait hidden behind a 46 % spread): the rounds stand apart, one of each aside
+    assert _noise(rates(1810, 1840, 1935), rates(9018, 11899, 13078), batch=4) == 0.0
+    assert _noise(rates(1810, 1840, 2900), rates(9018, 11899, 13078), batch=4) == 0.0
+    # ...but not where the slow round alone is slower than the fit's median round
+    assert _noise(rates(1810, 1840, 1935), rates(7000, 11899, 13078), batch=4) == \
+        pytest.approx((13078 - 7000) / 11899)
+    # nor where the fastest round with the input beats the median round alone
+    assert _noise(rates(1810, 1840, 3000), rates(9018, 11899, 13078), batch=4) == \
+        pytest.approx((3000 - 1810) / 1840)

@@ -167,15 +167,22 @@ def _measure(call: FitCall, steps: int, seconds: float, trial: bool) -> ProfileR
 
 def _noise(fits, alones, batch: int) -> float:
     """The rounds' own spread, which a share of input wait must exceed to be told from none;
-    0 where the median round alone ran at least twice as fast as every round with the input
-    (half of each step a wait whatever the rounds' spread: a tiny step's rounds spread widely,
-    one of them slowed by a pause of the machine's, yet a fit many times slower than its step
-    is input-bound)."""
+    0 where the rounds with the input and alone stand apart whatever their spread: the median
+    round alone at least twice as fast as every round with the input (half of each step a
+    wait), or faster than every round with the input while every round alone is faster than
+    the median one with it (one round of each slowed by a pause of the machine's does not
+    hide a wait that every other round shows)."""
     from tfopt.profile.measure import median_rate, spread
 
-    if alones and median_rate(alones).examples_per_s >= 2 * batch * max(
-            f.examples_per_s for f in fits):
-        return 0.0
+    if alones:
+        with_input = sorted(f.examples_per_s * batch for f in fits)
+        median_alone = median_rate(alones).examples_per_s
+        if median_alone >= 2 * with_input[-1]:
+            return 0.0
+        if (median_alone > with_input[-1]
+                and min(a.examples_per_s for a in alones) > median_rate(fits).examples_per_s
+                * batch):
+            return 0.0
     return max(spread(fits), spread(alones))
 
 
