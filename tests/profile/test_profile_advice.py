@@ -25,6 +25,12 @@ def test_input_waits_come_first_with_the_measured_bound_and_noise_is_not_advice(
     assert abs(found[0].expected_speedup - 100 / 70) < 1e-9
     assert "tfopt.optimize(train_ds)" in found[0].code
     assert recommend(**{**BASE, "input_share": 0.03, "fit_rate": 97.0}) == []
+    # the input alone: a dataset's is tfopt.analyze's rate over whole passes, and said so
+    waits = {**BASE, "input_share": 0.3, "fit_rate": 70.0, "input_rate": 65.0}
+    assert "the input alone gives 65 examples/s over whole passes" in \
+        recommend(**waits)[0].message
+    assert "the input alone gives 65 examples/s;" in \
+        recommend(**{**waits, "source": "arrays"})[0].message + ";"
 
 
 def test_half_precision_is_estimated_from_a_gpus_peaks_and_capped():

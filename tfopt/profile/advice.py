@@ -69,6 +69,8 @@ def _input(share: float, fit_rate: float, step_rate: float, input_rate: float | 
     """``source``: "dataset", "arrays", "dataframe", "generator" or "PyDataset";
     ``speed_advice``: ``tfopt.analyze``'s speed recommendations on a dataset, best first."""
     alone = (f"; the input alone gives {input_rate:,.0f} examples/s" if input_rate else "")
+    if alone and source == "dataset":  # tfopt.analyze's rate: start-ups in, as epochs run
+        alone += " over whole passes"
     where = f"; its slowest stage: {bottleneck}" if bottleneck else ""
     if speed_advice:
         where += f". tfopt.analyze: {speed_advice[0]['message']}"

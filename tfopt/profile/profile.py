@@ -21,7 +21,7 @@ __all__ = ["profile_script"]
 
 
 ANALYZE_SECONDS = 6.0  # tfopt.analyze's budget on a dataset source
-INPUT_SECONDS = 3.0  # the input drained alone
+INPUT_SECONDS = 3.0  # arrays or a DataFrame drained alone (a dataset's rate is analyze's)
 
 
 def _source_kind(x) -> str:
@@ -115,8 +115,11 @@ def _measure(call: FitCall, steps: int, seconds: float, trial: bool) -> ProfileR
                        arguments.get("class_weight")).element_spec if kind != "generator" \
         else held.element_spec
     facts = model_facts(call.model, spec, batch)
-    feed = input_rate(arguments, batch, INPUT_SECONDS) if kind != "generator" else None
     pipeline, bottleneck = _pipeline(arguments.get("x"), kind)
+    # a dataset's input alone is the rate tfopt.analyze measured on it (its elements are the
+    # fit's batches): draining it once more for seconds would tell the same
+    feed = (pipeline["rate_per_s"] * batch if pipeline.get("rate_per_s")
+            else input_rate(arguments, batch, INPUT_SECONDS) if kind != "generator" else None)
     peak_ratio = None
     if facts.peak_flops and facts.gpus:  # a CPU's peaks do not bound its half-precision gain
         from tfopt.train.flops import device_peak
