@@ -23,6 +23,9 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_workloads.py"
 SCALES = {"mnist_convnet": 0.2, "text_from_scratch": 0.5, "structured_from_scratch": 1.0,
           "feature_space": 1.0, "weather_lstm": 0.1, "image_folder": 0.17,
           "pets_segmentation": 0.2, "simple_audio": 0.5, "transformer_text": 0.3}
+# fewer epochs than the example's where these already beat the naive baseline here (the
+# benchmark runs the example's own): the signal is learnable, the suite a little shorter
+EPOCHS = {"feature_space": 3, "weather_lstm": 3, "simple_audio": 3}
 # a fit longer than about 20 seconds (pyproject's "slow"): the U-Net, even on 64 images
 SLOW = {"pets_segmentation"}
 SMALLEST = 0.01  # every workload at its minimum size
@@ -32,6 +35,7 @@ KINDS = {"numpy", "text", "dataframe", "featurespace", "timeseries", "image_fold
 
 def test_the_corpus_covers_every_kind_and_cites_its_sources():
     assert set(SCALES) == set(WORKLOADS) and list(WORKLOADS) == list(NAMES)
+    assert all(EPOCHS[name] < WORKLOADS[name].epochs for name in EPOCHS)
     assert len(WORKLOADS) >= 8
     assert {workload.kind for workload in WORKLOADS.values()} == KINDS
     for name, workload in WORKLOADS.items():
@@ -129,10 +133,11 @@ def test_the_plain_fit_learns_the_signal(name, tmp_path, float32_policy):
         return fit(*args, callbacks=[*callbacks, counter.callback], **kwargs)
 
     model.fit = counted_fit
-    history = workload.plain_fit(model, inputs, workload.epochs)
+    epochs = EPOCHS.get(name, workload.epochs)
+    history = workload.plain_fit(model, inputs, epochs)
 
     values = history.history
-    assert 1 <= len(values[workload.metric]) <= workload.epochs
+    assert 1 <= len(values[workload.metric]) <= epochs
     assert math.isfinite(values[workload.metric][-1])
     baseline = workload.baseline(data)
     learned = values[workload.learned_key][-1]
