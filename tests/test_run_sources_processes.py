@@ -11,7 +11,7 @@ One script serves every case: the source kind is its argument. Given a pause epo
 stops in that epoch (after its first call of steps) and waits; the test polls the workdir's
 backup folder until the backup of the epochs before it is there, then kills one worker with
 SIGKILL: killed mid-training, after the backup, at a moment the test knows. The uninterrupted
-job of each kind is launched once and shared (each launch costs TensorFlow's start-up twice).
+job of a kind and its killed job are one test (each launch costs TensorFlow's start-up twice).
 """
 
 from __future__ import annotations
@@ -216,25 +216,9 @@ def backup_epoch(workdir: Path) -> int | None:
         return None
 
 
-@pytest.fixture(scope="module")
-def reference(script, tmp_path_factory):
-    """The uninterrupted two-worker job of a kind and its workdir: launched on first use, then
-    shared by the tests (in whatever order they run)."""
-    jobs: dict[str, tuple[Job, Path]] = {}
-
-    def get(kind: str) -> tuple[Job, Path]:
-        if kind not in jobs:
-            root = tmp_path_factory.mktemp(f"reference-{kind}")
-            jobs[kind] = launch(script, kind, root / "run", root / "out"), root / "run"
-        return jobs[kind]
-
-    return get
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("kind", KINDS)
-def test_each_source_trains_under_tfopt_launch_on_two_workers(reference, kind):
-    job, workdir = reference(kind)
+def assert_trained_on_two_workers(job: Job, workdir: Path, kind: str) -> None:
+    """The uninterrupted job: both workers planned, trained every epoch and ended alike; the
+    chief alone wrote history.csv."""
     assert job.returncode == 0, job.tail()  # both workers exited 0 (the launcher says so)
     for index in (0, 1):
         # two workers; the global batch 16 per replica x 2 (None: the dataset's own, 32)
@@ -267,10 +251,16 @@ def test_a_dataset_made_before_the_strategy_is_refused_with_the_way_out(script, 
     assert not workdir.exists() or not any(workdir.iterdir())  # nothing written
 
 
+# one test a kind, the uninterrupted job first: shared through a fixture, it was launched again
+# by each pytest process that ran a test of it
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_job_killed_after_a_backup_relaunched_ends_with_the_uninterrupted_weights(
-        script, reference, tmp_path, kind):
+def test_each_source_trains_under_tfopt_launch_and_a_job_killed_after_a_backup_resumes(
+        script, tmp_path, kind):
+    reference = tmp_path / "uninterrupted"
+    uninterrupted = launch(script, kind, reference, tmp_path / "uninterrupted-out")
+    assert_trained_on_two_workers(uninterrupted, reference, kind)
+
     workdir, killed = tmp_path / "run", KILLED[kind]
     job = kill_after_backup(script, kind, workdir, tmp_path / "killed", killed)
     # the launcher saw the worker killed and stopped the other: no weights, a mid-training end
@@ -293,8 +283,6 @@ def test_a_job_killed_after_a_backup_relaunched_ends_with_the_uninterrupted_weig
     weights = job.weights(0)
     for a, b in zip(weights, job.weights(1), strict=True):
         np.testing.assert_array_equal(a, b)
-    uninterrupted, _ = reference(kind)
-    assert uninterrupted.returncode == 0, uninterrupted.tail()
     want = uninterrupted.weights(0)
     for got, expected in zip(weights, want, strict=True):
         np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
