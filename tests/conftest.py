@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
+import shutil
 import signal
 import struct
 from pathlib import Path
@@ -37,6 +40,25 @@ def pytest_collection_modifyitems(config, items):
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = kept
+
+
+def made_once(tmp_path_factory, name: str, make) -> Path:
+    """The folder ``make(folder)`` fills, made once in a test run: the pytest processes of
+    pytest-xdist share it (the first to ask makes it under a lock, the others wait and read
+    it). A module-scoped fixture is made again by every process that runs a test of its
+    module, which for a job of real TensorFlow processes is seconds of CPU each time. A
+    ``make`` that fails leaves nothing: the next to ask makes it again."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder, made = root / f"once-{name}", root / f"once-{name}.made"
+    with open(root / f"once-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not made.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(folder)
+            made.touch()
+    return folder
 
 
 @pytest.fixture(scope="session")

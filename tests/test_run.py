@@ -17,7 +17,7 @@ import warnings
 
 import pytest
 
-from tests.conftest import make_demo_shards
+from tests.conftest import made_once, make_demo_shards
 from tfopt.errors import InvalidArgumentError
 from tfopt.run.config import RunConfig
 from tfopt.run.plan import SPE_UNTRIED, RunFacts, SpeSource, calls_that_divide, plan_run
@@ -170,9 +170,9 @@ def test_two_configs_of_the_same_arguments_are_equal():
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory):
-    root = tmp_path_factory.mktemp("run_data")
-    return make_demo_shards(root, count=240, classes=3, min_size=32, max_size=48,
-                            val_fraction=0.2, shards=2)
+    return made_once(tmp_path_factory, "run_data", lambda root: make_demo_shards(
+        root, count=240, classes=3, min_size=32, max_size=48, val_fraction=0.2,
+        shards=2)) / "shards"
 
 
 def _model(run, keras):
@@ -418,80 +418,6 @@ def test_killed_mid_epoch_the_same_script_again_ends_with_an_uninterrupted_runs_
     assert weights == reference  # bit for bit: the stream resumed where it would have been
 
 
-MULTI_WORKER_SCRIPT = textwrap.dedent("""
-    import json, os, signal, sys, zlib
-    import numpy as np
-    import keras
-    from tfopt.run import Run
-    from tfopt.models import build_model
-
-    shards, workdir, marker = sys.argv[1], sys.argv[2], sys.argv[3]
-    worker = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
-    run = Run(shards, image_size=32, batch_size=8, workdir=workdir, seed=3)
-    print("PLAN", run.plan.workers, run.plan.global_batch, run.plan.batch_norm.value,
-          flush=True)
-    with run.scope():
-        model = build_model("cnn", image_size=32, classes=run.num_classes, size="tiny")
-    run.compile(model, "adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-
-    class Crash(keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            self.epoch = epoch
-            print("EPOCH", epoch, flush=True)
-
-        def on_train_batch_end(self, batch, logs=None):
-            if worker == 1 and self.epoch == 1 and batch >= 4 and not os.path.exists(marker):
-                open(marker, "w").close()
-                os.kill(os.getpid(), signal.SIGKILL)
-
-    run.fit(model, epochs=3, callbacks=[Crash()], verbose=0)
-    weights = b"".join(np.asarray(w, np.float32).tobytes() for w in model.get_weights())
-    print("WEIGHTS %08x" % zlib.crc32(weights), flush=True)
-""")
-
-
-@pytest.mark.slow
-def test_under_tfopt_launch_a_killed_worker_resumes_from_the_chiefs_backup(shards, tmp_path):
-    from tfopt.distribute.launch import launch_workers
-
-    script, marker, workdir = tmp_path / "train.py", tmp_path / "killed", tmp_path / "run"
-    script.write_text(MULTI_WORKER_SCRIPT)
-
-    def launch(workdir=workdir, marker=marker):
-        lines = []
-        result = launch_workers([sys.executable, str(script), str(shards), str(workdir),
-                                 str(marker)], 2, grace_seconds=5,
-                                on_line=lambda index, stream, line: lines.append((index, line)))
-        seen = {index: [line for i, line in lines if i == index] for index in (0, 1)}
-        return result, seen, [line for _, line in lines]
-
-    # the uninterrupted run: its marker is there already, so no worker kills itself
-    never = tmp_path / "uninterrupted"
-    never.touch()
-    result, seen, lines = launch(tmp_path / "reference", never)
-    assert result.exit_code == 0, lines[-30:]
-    reference = [line for line in seen[0] if line.startswith("WEIGHTS")]
-
-    result, seen, lines = launch()
-    assert marker.exists() and result.failed_worker == 1, lines[-30:]
-    assert "PLAN 2 16 synchronized" in seen[0], lines[-30:]  # the global batch, synced BN
-    # the chief's backup of epoch 1 alone is there: worker 1 wrote nothing in the workdir
-    assert json.loads((workdir / "backup" / "latest.json").read_text())["epoch"] == 1
-    assert sorted(p.name for p in (workdir / "backup").iterdir()) == [
-        "latest.json", "weights-000001.weights.h5"]
-
-    result, seen, lines = launch()
-    assert result.exit_code == 0, lines[-30:]
-    for index in (0, 1):  # both restored the chief's backup and ran the last two epochs
-        assert [line for line in seen[index] if line.startswith("EPOCH")] == [
-            "EPOCH 1", "EPOCH 2"], lines[-30:]
-    weights = [[line for line in seen[index] if line.startswith("WEIGHTS")] for index in (0, 1)]
-    assert weights[0] and weights[0] == weights[1]  # synchronous training: the same weights
-    assert weights[0] == reference  # bit for bit: the same stream, the same steps
-    assert sorted(p.name for p in workdir.iterdir()) == ["best.json", "best.keras",
-                                                         "history.csv"]
-
-
 PREEMPTED_WORKERS_SCRIPT = textwrap.dedent("""
     import json, os, signal, sys, zlib
     import numpy as np
@@ -503,6 +429,8 @@ PREEMPTED_WORKERS_SCRIPT = textwrap.dedent("""
     worker = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     run = Run(shards, image_size=32, batch_size=8, workdir=workdir, seed=3,
               steps_per_execution=1)
+    print("PLAN", run.plan.workers, run.plan.global_batch, run.plan.batch_norm.value,
+          flush=True)
     with run.scope():
         model = build_model("cnn", image_size=32, classes=run.num_classes, size="tiny")
     run.compile(model, "adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -513,11 +441,15 @@ PREEMPTED_WORKERS_SCRIPT = textwrap.dedent("""
             print("EPOCH", epoch, flush=True)
 
         def on_train_batch_end(self, batch, logs=None):
+            if worker != 1 or self.epoch != 1 or os.path.exists(marker):
+                return
+            if os.environ["TO"] == "kill" and batch >= 4:  # worker 1 dies mid-epoch
+                open(marker, "w").close()
+                os.kill(os.getpid(), signal.SIGKILL)
             # the scheduler's SIGTERM, to the launcher (which hands it to every worker) or
             # to worker 1 alone: each worker notes it at its own moment
-            if worker == 1 and self.epoch == 1 and batch == 3 and not os.path.exists(marker):
-                with open(marker, "w"):
-                    pass
+            if os.environ["TO"] != "kill" and batch == 3:
+                open(marker, "w").close()
                 os.kill(os.getppid() if os.environ["TO"] == "launcher" else os.getpid(),
                         signal.SIGTERM)
 
@@ -527,13 +459,13 @@ PREEMPTED_WORKERS_SCRIPT = textwrap.dedent("""
 """)
 
 
-def launch_preempted_workers(folder, shards, workdir, marker, to="launcher"):
+def launch_preempted_workers(folder, shards, workdir, marker, to="launcher", grace=30):
     """PREEMPTED_WORKERS_SCRIPT under ``tfopt launch -n 2``: the process, and each worker's
     lines of stdout by its index."""
     script = folder / "train.py"
     script.write_text(PREEMPTED_WORKERS_SCRIPT)
     done = subprocess.run(
-        [sys.executable, "-m", "tfopt", "launch", "-n", "2", "--grace", "30",
+        [sys.executable, "-m", "tfopt", "launch", "-n", "2", "--grace", str(grace),
          sys.executable, str(script), str(shards), str(workdir), str(marker)],
         capture_output=True, text=True, timeout=600,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TO": to})
@@ -545,13 +477,48 @@ def launch_preempted_workers(folder, shards, workdir, marker, to="launcher"):
 @pytest.fixture(scope="module")
 def uninterrupted_workers_weights(shards, tmp_path_factory):
     """The weights' checksum line of PREEMPTED_WORKERS_SCRIPT never signalled (its marker
-    exists from the start): one run serves every parametrization below."""
-    folder = tmp_path_factory.mktemp("uninterrupted")
-    never = folder / "uninterrupted"
-    never.touch()
-    done, seen = launch_preempted_workers(folder, shards, folder / "reference", never)
+    exists from the start): one job serves every test below, in whichever pytest process."""
+    def make(folder):
+        never = folder / "uninterrupted"
+        never.touch()
+        done, seen = launch_preempted_workers(folder, shards, folder / "reference", never)
+        assert done.returncode == 0, done.stderr[-3000:]
+        (folder / "weights.txt").write_text(
+            "\n".join(line for line in seen[0] if line.startswith("WEIGHTS")))
+
+    return made_once(tmp_path_factory, "preempted_workers_reference",
+                     make).joinpath("weights.txt").read_text().splitlines()
+
+
+@pytest.mark.slow
+def test_under_tfopt_launch_a_killed_worker_resumes_from_the_chiefs_backup(
+        shards, tmp_path, uninterrupted_workers_weights):
+    marker, workdir = tmp_path / "killed", tmp_path / "run"
+
+    def launch():
+        # the worker left is stopped as the launcher stops it: SIGTERM, SIGKILL 5 s after
+        return launch_preempted_workers(tmp_path, shards, workdir, marker, to="kill", grace=5)
+
+    done, seen = launch()
+    assert marker.exists(), done.stderr[-3000:]
+    assert done.returncode == 128 + signal.SIGKILL, done.stderr[-3000:]
+    assert "tfopt launch: worker 1 failed with exit code 137" in done.stderr, done.stderr[-3000:]
+    assert "PLAN 2 16 synchronized" in seen[0], done.stdout[-3000:]  # global batch, synced BN
+    # the chief's backup of epoch 1 alone is there: worker 1 wrote nothing in the workdir
+    assert json.loads((workdir / "backup" / "latest.json").read_text())["epoch"] == 1
+    assert sorted(p.name for p in (workdir / "backup").iterdir()) == [
+        "latest.json", "weights-000001.weights.h5"]
+
+    done, seen = launch()
     assert done.returncode == 0, done.stderr[-3000:]
-    return [line for line in seen[0] if line.startswith("WEIGHTS")]
+    for index in (0, 1):  # both restored the chief's backup and ran the last two epochs
+        assert [line for line in seen[index] if line.startswith("EPOCH")] == [
+            "EPOCH 1", "EPOCH 2"], done.stdout[-3000:]
+    weights = [[line for line in seen[index] if line.startswith("WEIGHTS")] for index in (0, 1)]
+    assert weights[0] and weights[0] == weights[1]  # synchronous training: the same weights
+    assert weights[0] == uninterrupted_workers_weights  # bit for bit: the same stream
+    assert sorted(p.name for p in workdir.iterdir()) == ["best.json", "best.keras",
+                                                         "history.csv"]
 
 
 @pytest.mark.slow
