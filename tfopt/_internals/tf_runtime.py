@@ -72,17 +72,19 @@ _LEADER = "tensorflow.python.distribute.multi_worker_util.coordination_leader"
 _JOB_MODULE = "tensorflow.compiler.xla.tsl.protobuf.coordination_config_pb2"
 
 
-def configure_coordination_service(cluster_spec, heartbeat_timeout_s: float) -> bool:
+def configure_coordination_service(cluster_spec, heartbeat_timeout_s: float,
+                                   replica_jobs: tuple[str, ...]) -> bool:
     """Configure the coordination service of a multi-worker cluster as
-    ``MultiWorkerMirroredStrategy`` would (its chief and workers, its leader), with
-    ``heartbeat_timeout_s`` instead of TensorFlow's 10 s; the strategy built after this keeps
-    it. False where the service is configured already, or the cluster has no chief or worker.
-    Must run before the process's first TensorFlow op. There is no public way to set it."""
+    ``MultiWorkerMirroredStrategy`` would (its ``replica_jobs``: chief and workers; its
+    leader), with ``heartbeat_timeout_s`` instead of TensorFlow's 10 s; the strategy built
+    after this keeps it. False where the service is configured already, or the cluster has
+    none of those jobs. Must run before the process's first TensorFlow op. There is no
+    public way to set it."""
     context = attribute(module("tensorflow.python.eager.context", _COORDINATION), "context",
                         "tensorflow.python.eager.context.context")()
     if context.coordination_service is not None:
         return False
-    jobs = [job for job in ("chief", "worker") if job in cluster_spec.jobs]
+    jobs = [job for job in replica_jobs if job in cluster_spec.jobs]
     if not jobs:
         return False
     config = module(_JOB_MODULE, f"{_JOB_MODULE}.CoordinatedJob")

@@ -38,6 +38,7 @@ from tfopt._validate import choice, is_int, require
 from tfopt.distribute.cluster import (
     LAUNCHED_ENV,
     LAUNCHED_HEARTBEAT_S,
+    REPLICA_TASKS,
     ClusterInfo,
     cluster_info,
     parse_tf_config,
@@ -457,7 +458,7 @@ def _build_multi_worker(tf, plan, cluster):
         # the launcher stops the job when a worker exits: heartbeats late from a busy worker
         # must not end it first (cluster.LAUNCHED_ENV)
         spec = (resolver or tf.distribute.cluster_resolver.TFConfigClusterResolver()).cluster_spec()
-        configure_coordination_service(spec, LAUNCHED_HEARTBEAT_S)
+        configure_coordination_service(spec, LAUNCHED_HEARTBEAT_S, REPLICA_TASKS)
     # Keras 3 fit/evaluate/predict fail under this strategy without it (keras-team/keras#20585)
     fix_keras_multi_worker()
     # CommunicationOptions AUTO: TensorFlow picks NCCL for GPUs and ring all-reduce for CPUs
