@@ -93,6 +93,13 @@ def test_a_fit_far_slower_than_its_step_is_input_bound_whatever_the_rounds_sprea
     # ...but not where the slow round alone is slower than the fit's median round
     assert _noise(rates(1810, 1840, 1935), rates(7000, 11899, 13078), batch=4) == \
         pytest.approx((13078 - 7000) / 11899)
+    # ...where the input alone is slow enough to make the step wait (6,900 examples/s: the
+    # sequential map's), not where it is 80 times the step's rate (seen: a model vectorising
+    # its text, a 13 % "wait" within a 36 % spread)
+    assert _noise(rates(1810, 1840, 1935), rates(9018, 11899, 13078), batch=4,
+                  input_rate=6900) == 0.0
+    assert _noise(rates(1810, 1840, 1935), rates(9018, 11899, 13078), batch=4,
+                  input_rate=911960) == pytest.approx((13078 - 9018) / 11899)
     # nor where the fastest round with the input beats the median round alone
     assert _noise(rates(1810, 1840, 3000), rates(9018, 11899, 13078), batch=4) == \
         pytest.approx((3000 - 1810) / 1840)

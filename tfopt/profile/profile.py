@@ -136,7 +136,7 @@ def _measure(call: FitCall, steps: int, seconds: float, trial: bool) -> ProfileR
         jit_refused=call.compile_arguments.get("jit_compile", "auto") is False,
         steps_per_execution=facts.steps_per_execution, step_seconds=alone.step_seconds
         if alone is not None else fitted.step_seconds, unaligned=facts.unaligned,
-        gpus=facts.gpus, noise=_noise(fits, alones, batch))
+        gpus=facts.gpus, noise=_noise(fits, alones, batch, feed))
     report.examples_per_s, report.step_examples_per_s = fit_rate, step_rate
     report.input_examples_per_s = feed
     report.input_bound_share = share
@@ -168,13 +168,15 @@ def _measure(call: FitCall, steps: int, seconds: float, trial: bool) -> ProfileR
     return report
 
 
-def _noise(fits, alones, batch: int) -> float:
+def _noise(fits, alones, batch: int, input_rate: float | None = None) -> float:
     """The rounds' own spread, which a share of input wait must exceed to be told from none;
     0 where the rounds with the input and alone stand apart whatever their spread: the median
     round alone at least twice as fast as every round with the input (half of each step a
     wait), or faster than every round with the input while every round alone is faster than
     the median one with it (one round of each slowed by a pause of the machine's does not
-    hide a wait that every other round shows)."""
+    hide a wait that every other round shows), where the input alone (``input_rate``,
+    examples/s) is slow enough to cause such a wait: an input 80 times faster than the step
+    (a model that vectorises its text itself) cannot hold it up by 13 %."""
     from tfopt.profile.measure import median_rate, spread
 
     if alones:
@@ -182,11 +184,22 @@ def _noise(fits, alones, batch: int) -> float:
         median_alone = median_rate(alones).examples_per_s
         if median_alone >= 2 * with_input[-1]:
             return 0.0
+        median_fit = median_rate(fits).examples_per_s * batch
         if (median_alone > with_input[-1]
-                and min(a.examples_per_s for a in alones) > median_rate(fits).examples_per_s
-                * batch):
+                and min(a.examples_per_s for a in alones) > median_fit
+                and _could_wait(1.0 - median_fit / median_alone, median_alone, input_rate)):
             return 0.0
     return max(spread(fits), spread(alones))
+
+
+def _could_wait(share: float, step_rate: float, input_rate: float | None) -> bool:
+    """Whether an input of ``input_rate`` examples/s could make a step of ``step_rate`` wait
+    ``share`` of its time: taking turns with it (no prefetch), a step waits
+    step / (step + input) of its time; twice that is allowed (on a CPU the input also takes
+    the step's cores). Unknown (None): it could."""
+    if input_rate is None:
+        return True
+    return share > 0 and input_rate <= 2 * step_rate * (1.0 - share) / share
 
 
 def _tried(call: FitCall, held, facts, found: list[Recommendation],
