@@ -175,8 +175,8 @@ def _noise(fits, alones, batch: int, input_rate: float | None = None) -> float:
     wait), or faster than every round with the input while every round alone is faster than
     the median one with it (one round of each slowed by a pause of the machine's does not
     hide a wait that every other round shows), where the input alone (``input_rate``,
-    examples/s) is slow enough to cause such a wait: an input 80 times faster than the step
-    (a model that vectorises its text itself) cannot hold it up by 13 %."""
+    examples/s) is slow enough to cause such a wait (:func:`_could_wait`): an input many
+    times faster than the step cannot hold it up for a tenth of its time."""
     from tfopt.profile.measure import median_rate, spread
 
     if alones:
