@@ -100,6 +100,12 @@ def test_a_fit_far_slower_than_its_step_is_input_bound_whatever_the_rounds_sprea
                   input_rate=6900) == 0.0
     assert _noise(rates(1810, 1840, 1935), rates(9018, 11899, 13078), batch=4,
                   input_rate=911960) == pytest.approx((13078 - 9018) / 11899)
+    # an input alone no faster than the step alone makes it wait, whatever the rounds (seen:
+    # the sequential map's input 9,709 examples/s, its step 12,300, the rounds overlapping)
+    assert _noise(rates(1810, 1840, 3000), rates(7000, 11899, 13078), batch=4,
+                  input_rate=9709) == 0.0
+    assert _noise(rates(1810, 1840, 3000), rates(7000, 11899, 13078), batch=4,
+                  input_rate=12000) == pytest.approx((3000 - 1810) / 1840)
     # nor where the fastest round with the input beats the median round alone
     assert _noise(rates(1810, 1840, 3000), rates(9018, 11899, 13078), batch=4) == \
         pytest.approx((3000 - 1810) / 1840)

@@ -169,14 +169,18 @@ def _measure(call: FitCall, steps: int, seconds: float, trial: bool) -> ProfileR
 
 
 def _noise(fits, alones, batch: int, input_rate: float | None = None) -> float:
-    """The rounds' own spread, which a share of input wait must exceed to be told from none;
-    0 where the rounds with the input and alone stand apart whatever their spread: the median
-    round alone at least twice as fast as every round with the input (half of each step a
-    wait), or faster than every round with the input while every round alone is faster than
-    the median one with it (one round of each slowed by a pause of the machine's does not
-    hide a wait that every other round shows), where the input alone (``input_rate``,
-    examples/s) is slow enough to cause such a wait (:func:`_could_wait`): an input many
-    times faster than the step cannot hold it up for a tenth of its time."""
+    """The rounds' own spread, which a share of input wait must exceed to be told from none.
+    0 (a wait whatever the spread) where:
+
+    - the median round alone is at least twice as fast as every round with the input (half
+      of each step a wait);
+    - the input alone (``input_rate``, examples/s) is no faster than the step alone: it
+      cannot keep up, so the step waits;
+    - the rounds stand apart, one round of each aside (a pause of the machine's): the median
+      round alone faster than every round with the input, every round alone faster than the
+      median one with it; and the input is slow enough to cause such a wait
+      (:func:`_could_wait`): an input many times faster than the step cannot hold it up.
+    """
     from tfopt.profile.measure import median_rate, spread
 
     if alones:
@@ -184,6 +188,8 @@ def _noise(fits, alones, batch: int, input_rate: float | None = None) -> float:
         median_alone = median_rate(alones).examples_per_s
         if median_alone >= 2 * with_input[-1]:
             return 0.0
+        if input_rate is not None and input_rate <= median_alone:
+            return 0.0  # the input alone cannot keep up with the step alone: it must wait
         median_fit = median_rate(fits).examples_per_s * batch
         if (median_alone > with_input[-1]
                 and min(a.examples_per_s for a in alones) > median_fit
