@@ -179,9 +179,11 @@ def _measure(prefix, seconds, stage, tf, measure, tfapi, model=False, shuffled=F
             # a short finite prefix: its rate from whole passes, as epochs run them (a window
             # inside a pass of a shuffle is biased; see measure.whole_passes), and TensorFlow's
             # model, which drops a finished iterator's nodes, from a repeat() of the
-            # analysis's own; the drained pass is finished and counted as the first
+            # analysis's own; the drained pass is finished and counted as the first, and the
+            # passes after it get what it left of the share
             first = measure.finish_pass(iterator, first)
-            measured = measure.whole_passes(prefix, seconds, first=None if cached else first)
+            measured = measure.whole_passes(prefix, seconds, first=None if cached else first,
+                                            spent_before=first.wall)
             if model:  # the rate is measured: the model needs a few elements after the wait
                 iterator = iter(prefix.repeat())
                 measure.drain(iterator, min(seconds / 4, 1.0))

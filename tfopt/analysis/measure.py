@@ -99,12 +99,14 @@ def finish_pass(iterator, drained: Measurement, clock=time.perf_counter) -> Meas
 
 
 def whole_passes(dataset, seconds: float, skip: int = 0, clock=time.perf_counter,
-                 first: Measurement | None = None) -> Measurement:
+                 first: Measurement | None = None, spent_before: float = 0.0) -> Measurement:
     """The rate of a finite ``dataset`` over whole passes, each from a new iterator to its end
     (as epochs run: a shuffle buffer's filling and the iterator's start-up included), for
     about ``seconds`` and at least one pass, after ``skip`` untimed passes (a cache filling).
     ``first``: a pass already timed (:func:`finish_pass`), counted as the first of them where
-    it took ``seconds`` or more; a shorter one is timed again.
+    it took ``seconds`` or more; a shorter one is timed again. ``spent_before``: seconds of the
+    budget already spent on this dataset (the drain that found its pass short): the passes
+    get the rest, and at least one.
     Where every element has a static shape, a pass is pulled in batches (``batch(256)``):
     pulling element by element costs more per element than many stages do.
 
@@ -130,13 +132,17 @@ def whole_passes(dataset, seconds: float, skip: int = 0, clock=time.perf_counter
     for _ in range(skip):
         to_end(iter(passes))
     elements, spent = (0, 0.0)
+    # the budget is kept in wall time too: each pass's iterator is released outside the clock
+    # (below), and where passes are a few milliseconds long, as a cached prefix's are, the
+    # releases took as long as the passes and doubled the analysis
+    deadline = clock() + seconds - spent_before
     if first is not None and first.wall >= seconds:
         # a pass as long as the budget is counted, not run again; a shorter one is timed again
         # (it was pulled element by element; and every prefix of a pipeline is then timed
         # alike: a cache's filling pass counted for some and not others made a batch after a
         # cache read far costlier than the shuffle under it)
         elements, spent = first.total, first.wall
-    while spent < seconds or elements == 0:
+    while (spent < seconds - spent_before and clock() < deadline) or elements == 0:
         start = clock()
         iterator = iter(passes)
         count = to_end(iterator)
