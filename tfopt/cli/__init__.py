@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import importlib
 import logging
+import signal
 import sys
+import threading
 
 import click
 
@@ -57,4 +59,12 @@ for _module_name in _COMMAND_MODULES:
 
 def main() -> None:
     """Console-script entry point."""
-    cli(prog_name="tfopt")
+    try:
+        cli(prog_name="tfopt")
+    finally:
+        # the command has ended (its workers stopped, its files written or removed): a Ctrl-C
+        # from here on ends the process as a shell expects (status 130), where Python's own
+        # handler would raise it inside the interpreter's shutdown and print "Exception
+        # ignored in <module 'threading'> ... KeyboardInterrupt"
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
