@@ -68,7 +68,8 @@ def array_batches(arrays: ArraysInput, x, batch_size: int, *, training: bool,
     def gather(index):
         return tf.nest.map_structure(lambda tensor: tf.gather(tensor, index), tensors)
 
-    dataset = batches.map(gather, num_parallel_calls=rules.parallel_calls(usable_cores()),
+    # run as written: it branches on nothing, and AutoGraph's conversion is start-up time
+    dataset = batches.map(tf.autograph.experimental.do_not_convert(gather), num_parallel_calls=rules.parallel_calls(usable_cores()),
                           deterministic=True)
     if keep_batches and not training:
         dataset = dataset.cache()

@@ -58,6 +58,10 @@ from tfopt.records.schema import FeatureKind
 logger = logging.getLogger("tfopt")
 
 AUTOTUNE = tf.data.AUTOTUNE
+# the pipeline's own functions branch on Python values (the plan) alone, never on a tensor, so
+# they run as written: AutoGraph's conversion of them took about a second of start-up in each
+# process that builds a pipeline
+_as_written = tf.autograph.experimental.do_not_convert
 
 # sharded by file here already (see PipelineBuilder._records), or DATA with fewer shards than
 # workers; AUTO where TF_CONFIG does not say (it falls back to DATA)
@@ -392,11 +396,11 @@ class PipelineBuilder:
         if self.source.image_key is None:
             dataset = records.batch(plan.batch_size, drop_remainder=plan.drop_remainder,
                                     name="batch")
-            dataset = dataset.map(self._parse_batch, num_parallel_calls=plan.parallel_calls,
+            dataset = dataset.map(_as_written(self._parse_batch), num_parallel_calls=plan.parallel_calls,
                                   deterministic=plan.deterministic, name="parse")
             return self._finish(self._with_known_length(dataset))
         parsed = records.batch(plan.parse_block, name="parse_block").map(
-            self._parse_batch, num_parallel_calls=plan.parallel_calls, deterministic=plan.deterministic,
+            _as_written(self._parse_batch), num_parallel_calls=plan.parallel_calls, deterministic=plan.deterministic,
             name="parse",
         ).unbatch(name="unblock")
         if stage is Stage.PARSE:
@@ -440,7 +444,7 @@ class PipelineBuilder:
         skip = plan.skip_corrupt
 
         def interleaved(read_file):
-            return files.interleave(read_file, cycle_length=plan.interleave_cycle,
+            return files.interleave(_as_written(read_file), cycle_length=plan.interleave_cycle,
                                     block_length=1, num_parallel_calls=plan.interleave_cycle,
                                     deterministic=plan.deterministic, name="read")
 
@@ -472,7 +476,7 @@ class PipelineBuilder:
             return tf.data.Dataset.zip((tf.data.Dataset.from_tensors(index).repeat(), blocks))
 
         return interleaved(read_blocks).scan(
-            tf.zeros([len(source.files)], tf.int64), self._count_step(), name="count"
+            tf.zeros([len(source.files)], tf.int64), _as_written(self._count_step()), name="count"
         ).unbatch(name="unblock_counted")
 
     def _count_step(self):
@@ -568,15 +572,15 @@ class PipelineBuilder:
 
         if plan.cache is CacheMode.DECODED:
             # whole decoded images in the cache; each epoch draws its own crops from them
-            full = parsed.map(_keep_label(lambda image: decode_full(checked(image), decode),
-                                          has_label),
+            full = parsed.map(_as_written(_keep_label(
+                lambda image: decode_full(checked(image), decode), has_label)),
                               num_parallel_calls=plan.parallel_calls,
                               deterministic=plan.deterministic, name="decode")
             full = self._shuffle_and_repeat(self._cache(self._skip_undecodable(full)))
             crop = _with_index(
                 lambda index, image: crop_and_resize(image, decode, seed_of(index)), has_label)
             return full.enumerate(self._resume, name="seed_index").map(
-                crop, num_parallel_calls=plan.parallel_calls, deterministic=plan.deterministic,
+                _as_written(crop), num_parallel_calls=plan.parallel_calls, deterministic=plan.deterministic,
                 name="crop")
         # one map decodes and crops (a random-resized crop when training)
         to_target = _with_index(
@@ -586,7 +590,7 @@ class PipelineBuilder:
         # skip of a resume): their seeds count from 0; else they follow the skipped examples
         start = 0 if plan.cache is CacheMode.FINAL else self._resume
         images = self._skip_undecodable(parsed.enumerate(start, name="seed_index").map(
-            to_target, num_parallel_calls=plan.parallel_calls, deterministic=plan.deterministic,
+            _as_written(to_target), num_parallel_calls=plan.parallel_calls, deterministic=plan.deterministic,
             name="decode"))
         if plan.cache is CacheMode.FINAL:
             images = self._shuffle_and_repeat(self._cache(images))
