@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -106,3 +108,33 @@ def test_exiting_leaves_the_signals_ignored_after_one_came_and_restores_them_oth
         assert callable(ignoring) and ignoring is not signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+QUIET_EXIT_SCRIPT = """
+import os, signal, sys, time
+import tfopt.cli as cli
+
+sys.argv = ["tfopt", "--version"]
+try:
+    cli.main()
+except SystemExit as done:
+    status = done.code
+os.kill(os.getpid(), signal.SIGINT)  # as the process exits, its status decided
+time.sleep(0.3)
+print("ignored", status, flush=True)
+cli.QUIET_EXIT_S = 0.0  # as if the exit had taken that long: a hung exit can be stopped
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+except KeyboardInterrupt:
+    print("stopped", flush=True)
+"""
+
+
+def test_a_ctrl_c_as_the_command_line_exits_is_ignored_for_a_while_then_stops_it():
+    # a real process: the handler is the one left after the command, in the interpreter's exit
+    done = subprocess.run([sys.executable, "-c", QUIET_EXIT_SCRIPT], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[1:3] == ["ignored 0", "stopped"], done.stdout
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr

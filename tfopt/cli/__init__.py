@@ -13,6 +13,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 
 import click
 
@@ -62,9 +63,22 @@ def main() -> None:
     try:
         cli(prog_name="tfopt")
     finally:
-        # the command has ended (its workers stopped, its files written or removed): a Ctrl-C
-        # from here on ends the process as a shell expects (status 130), where Python's own
-        # handler would raise it inside the interpreter's shutdown and print "Exception
-        # ignored in <module 'threading'> ... KeyboardInterrupt"
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, _quiet_exit(time.monotonic()))
+
+
+# the command has ended (its workers stopped, its files written or removed) and its exit status
+# is decided: a Ctrl-C during the interpreter's exit is ignored for this long. Python's own
+# handler would raise it inside the exit ("Exception ignored in <module 'threading'> ...
+# KeyboardInterrupt"), and the default action would replace the status (130 for an interrupted
+# convert) by a death by signal, cutting short the clean-up of a worker pool. After it, an exit
+# that hangs (a thread of the user's script that never ends) can still be stopped
+QUIET_EXIT_S = 5.0
+
+
+def _quiet_exit(ended: float):
+    def handler(signum, frame):
+        if time.monotonic() - ended >= QUIET_EXIT_S:
+            raise KeyboardInterrupt
+
+    return handler
