@@ -66,6 +66,10 @@ def fit_keras(workload, data, epochs: int, seed: int) -> dict:
     import keras
 
     keras.mixed_precision.set_global_policy("float32")  # whatever the other arm left
+    # seeded before the inputs are made, in both arms: a dataset's shuffle draws from the
+    # global seed as it stood when the dataset was made, so an arm made after another arm
+    # read another order of the same data than one made first
+    keras.utils.set_random_seed(seed)
     started = time.perf_counter()
     inputs = workload.inputs(data)
     built = time.perf_counter()
@@ -89,6 +93,7 @@ def fit_tfopt(workload, data, epochs: int, seed: int, xla_trial: bool = False,
     # what tfopt.Run raises for a source it cannot read: a path it does not find
     # (DatasetError), or a source its checks refuse (InvalidArgumentError)
     not_taken = (DatasetError, InvalidArgumentError)
+    keras.utils.set_random_seed(seed)  # the same data order in both arms, as fit_keras
     started = time.perf_counter()
     inputs = workload.inputs(data)
     built = time.perf_counter()
