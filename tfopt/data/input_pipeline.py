@@ -65,11 +65,12 @@ def array_batches(arrays: ArraysInput, x, batch_size: int, *, training: bool,
         if skip_batches:
             batches = batches.skip(skip_batches)
 
+    # run as written: it branches on nothing, and AutoGraph's conversion is start-up time
+    @tf.autograph.experimental.do_not_convert
     def gather(index):
         return tf.nest.map_structure(lambda tensor: tf.gather(tensor, index), tensors)
 
-    # run as written: it branches on nothing, and AutoGraph's conversion is start-up time
-    dataset = batches.map(tf.autograph.experimental.do_not_convert(gather), num_parallel_calls=rules.parallel_calls(usable_cores()),
+    dataset = batches.map(gather, num_parallel_calls=rules.parallel_calls(usable_cores()),
                           deterministic=True)
     if keep_batches and not training:
         dataset = dataset.cache()

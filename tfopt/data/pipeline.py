@@ -396,12 +396,13 @@ class PipelineBuilder:
         if self.source.image_key is None:
             dataset = records.batch(plan.batch_size, drop_remainder=plan.drop_remainder,
                                     name="batch")
-            dataset = dataset.map(_as_written(self._parse_batch), num_parallel_calls=plan.parallel_calls,
+            dataset = dataset.map(_as_written(self._parse_batch),
+                                  num_parallel_calls=plan.parallel_calls,
                                   deterministic=plan.deterministic, name="parse")
             return self._finish(self._with_known_length(dataset))
         parsed = records.batch(plan.parse_block, name="parse_block").map(
-            _as_written(self._parse_batch), num_parallel_calls=plan.parallel_calls, deterministic=plan.deterministic,
-            name="parse",
+            _as_written(self._parse_batch), num_parallel_calls=plan.parallel_calls,
+            deterministic=plan.deterministic, name="parse",
         ).unbatch(name="unblock")
         if stage is Stage.PARSE:
             return self._finish(parsed.batch(plan.batch_size, name="batch"))
@@ -577,20 +578,20 @@ class PipelineBuilder:
                               num_parallel_calls=plan.parallel_calls,
                               deterministic=plan.deterministic, name="decode")
             full = self._shuffle_and_repeat(self._cache(self._skip_undecodable(full)))
-            crop = _with_index(
-                lambda index, image: crop_and_resize(image, decode, seed_of(index)), has_label)
+            crop = _as_written(_with_index(
+                lambda index, image: crop_and_resize(image, decode, seed_of(index)), has_label))
             return full.enumerate(self._resume, name="seed_index").map(
-                _as_written(crop), num_parallel_calls=plan.parallel_calls, deterministic=plan.deterministic,
+                crop, num_parallel_calls=plan.parallel_calls, deterministic=plan.deterministic,
                 name="crop")
         # one map decodes and crops (a random-resized crop when training)
-        to_target = _with_index(
+        to_target = _as_written(_with_index(
             lambda index, image: decode_to_target(checked(image), decode, seed_of(index)),
-            has_label)
+            has_label))
         # under a FINAL cache the crops are drawn once, in the pass that fills it (before the
         # skip of a resume): their seeds count from 0; else they follow the skipped examples
         start = 0 if plan.cache is CacheMode.FINAL else self._resume
         images = self._skip_undecodable(parsed.enumerate(start, name="seed_index").map(
-            _as_written(to_target), num_parallel_calls=plan.parallel_calls, deterministic=plan.deterministic,
+            to_target, num_parallel_calls=plan.parallel_calls, deterministic=plan.deterministic,
             name="decode"))
         if plan.cache is CacheMode.FINAL:
             images = self._shuffle_and_repeat(self._cache(images))
